@@ -1,0 +1,404 @@
+//! Dispatch one response's tool calls: preflight in emitted order (parse, lookup, validate,
+//! repetition), then parallel-safe calls concurrently (at most `max_parallel_per_turn`) and
+//! the rest serially. Every call gets exactly one result, whatever happens.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use futures::FutureExt;
+use serde_json::{Map, Value};
+use weft_protocol::{
+    ApprovalDecision, ApprovalStatus, ServerEvent, ToolCallStatus, ToolParallelism, ToolResultMetadata,
+    ToolResultStatus,
+};
+
+use crate::gate::GateDecision;
+use crate::message::ToolCallRequest;
+use crate::prompts;
+use crate::repetition::RepetitionGuard;
+use crate::run_loop::Level;
+use crate::subtask;
+use crate::tool::{ToolContext, ToolError};
+use crate::toolbelt::ToolEntry;
+use crate::truncate::truncate_result;
+use crate::turn::Turn;
+use crate::validate::{parse_arguments, prepare_args};
+
+/// What the loop must do beyond appending a call's result.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Effect {
+    None,
+    /// `finish_subtask` with a valid payload: the level ends with it.
+    Finish(Value),
+    /// `finish_subtask` with an invalid payload (counts toward `max_schema_retries`).
+    SchemaInvalid(String),
+    /// The tool reported a fatal error: the turn ends.
+    Fatal(String),
+}
+
+/// The result of one tool call, as it goes back to the model.
+pub(crate) struct CallResult {
+    pub id: String,
+    pub name: String,
+    pub content: String,
+    pub is_error: bool,
+    pub status: ToolResultStatus,
+    pub effect: Effect,
+}
+
+enum Action {
+    /// Settled at preflight (unknown tool, bad arguments, repetition, depth limit).
+    Refuse(String),
+    Finish(Result<Value, String>),
+    Subtask(Value),
+    Tool { entry: Arc<ToolEntry>, args: Value },
+}
+
+struct Planned<'a> {
+    call: &'a ToolCallRequest,
+    /// Arguments as shown on the card (parsed when possible, else the raw text).
+    shown_args: Value,
+    injected: Map<String, Value>,
+    action: Action,
+}
+
+impl Planned<'_> {
+    fn runs_concurrently(&self) -> bool {
+        match &self.action {
+            Action::Tool { entry, .. } => entry.tool.parallel_safe(),
+            Action::Subtask(_) => true,
+            Action::Refuse(_) | Action::Finish(_) => true,
+        }
+    }
+
+    fn does_work(&self) -> bool {
+        matches!(self.action, Action::Tool { .. } | Action::Subtask(_))
+    }
+}
+
+pub(crate) async fn dispatch(
+    turn: &Arc<Turn>,
+    level: &Level,
+    calls: &[ToolCallRequest],
+    guard: &mut RepetitionGuard,
+) -> Vec<CallResult> {
+    let planned: Vec<Planned<'_>> = calls.iter().map(|call| preflight(turn, level, call, guard)).collect();
+
+    let mut concurrent = Vec::new();
+    let mut serial = Vec::new();
+    let mut working = 0usize;
+    for (i, p) in planned.iter().enumerate() {
+        let parallel = turn.config.tool_parallelism == ToolParallelism::Parallel && p.runs_concurrently();
+        let fits = !p.does_work() || working < turn.config.max_parallel_per_turn;
+        if parallel && fits {
+            working += usize::from(p.does_work());
+            concurrent.push(i);
+        } else {
+            serial.push(i);
+        }
+    }
+
+    let mut results: Vec<Option<CallResult>> = (0..planned.len()).map(|_| None).collect();
+    let batch = join_all(concurrent.iter().map(|&i| execute(turn, level, &planned[i]))).await;
+    for (i, result) in concurrent.into_iter().zip(batch) {
+        results[i] = Some(result);
+    }
+    for i in serial {
+        results[i] = Some(execute(turn, level, &planned[i]).await);
+    }
+    results.into_iter().flatten().collect()
+}
+
+fn preflight<'a>(turn: &Turn, level: &Level, call: &'a ToolCallRequest, guard: &mut RepetitionGuard) -> Planned<'a> {
+    let parsed = parse_arguments(&call.arguments);
+    let shown_args = match &parsed {
+        Ok(map) => Value::Object(map.clone()),
+        Err(_) => Value::String(call.arguments.clone()),
+    };
+    let planned = |action, injected| Planned { call, shown_args: shown_args.clone(), injected, action };
+    let name = call.name.as_str();
+
+    if name == prompts::FINISH_SUBTASK {
+        if let Some(schema) = &level.output_schema {
+            let verdict = parsed.and_then(|map| {
+                let payload = Value::Object(map);
+                let errors: Vec<String> = schema.validator.iter_errors(&payload).map(|e| e.to_string()).collect();
+                if errors.is_empty() { Ok(payload) } else { Err(errors.join("; ")) }
+            });
+            return planned(Action::Finish(verdict), Map::new());
+        }
+    }
+    if name == prompts::RUN_SUBTASK && level.depth >= turn.config.max_depth {
+        let trip = crate::budget::BudgetTrip {
+            reason: weft_protocol::BudgetReason::Depth,
+            limit: f64::from(turn.config.max_depth),
+            observed: f64::from(level.depth + 1),
+        };
+        turn.emit_budget_exceeded(&trip, false, level.parent_id.clone(), level.depth);
+        return planned(Action::Refuse(prompts::depth_limit(turn.config.max_depth)), Map::new());
+    }
+    let Some(entry) = level.toolbelt.entry(name) else {
+        let mut available = level.toolbelt.names();
+        if level.output_schema.is_some() {
+            available.push(prompts::FINISH_SUBTASK);
+        }
+        return planned(Action::Refuse(prompts::unknown_tool(name, &available)), Map::new());
+    };
+    let prepared = match prepare_args(
+        &call.arguments,
+        &entry.schema,
+        entry.validator.as_ref(),
+        turn.config.arg_validation,
+        &turn.config.injected_tool_args,
+    ) {
+        Ok(prepared) => prepared,
+        Err(detail) => return planned(Action::Refuse(prompts::invalid_arguments(name, &detail)), Map::new()),
+    };
+    if guard.is_runaway(name, &prepared.args.to_string()) {
+        return planned(Action::Refuse(prompts::REPETITION_RESULT.to_owned()), prepared.injected);
+    }
+    let action = if name == prompts::RUN_SUBTASK {
+        Action::Subtask(prepared.args)
+    } else {
+        Action::Tool { entry: entry.clone(), args: prepared.args }
+    };
+    planned(action, prepared.injected)
+}
+
+/// What one executed call came to, before truncation and reporting.
+struct Settled {
+    content: String,
+    status: ToolResultStatus,
+    approval: ApprovalStatus,
+    effect: Effect,
+}
+
+impl Settled {
+    fn ok(content: String) -> Self {
+        Settled { content, status: ToolResultStatus::Success, approval: ApprovalStatus::NotRequired, effect: Effect::None }
+    }
+
+    fn error(content: String) -> Self {
+        Settled { content, status: ToolResultStatus::Error, approval: ApprovalStatus::NotRequired, effect: Effect::None }
+    }
+
+    fn with_approval(mut self, approval: ApprovalStatus) -> Self {
+        self.approval = approval;
+        self
+    }
+}
+
+async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> CallResult {
+    let call = planned.call;
+    let started_at = unix_now();
+    let started = Instant::now();
+    turn.events.emit(ServerEvent::ToolCallUpdate {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        status: ToolCallStatus::Start,
+        args: Some(planned.shown_args.clone()),
+        result: None,
+        is_error: None,
+        parent_id: level.parent_id.clone(),
+        depth: level.depth,
+        metadata: None,
+    });
+
+    let settled = if turn.is_stopped() {
+        Settled::error(prompts::STOPPED_RESULT.to_owned())
+    } else {
+        match &planned.action {
+            Action::Refuse(message) => Settled::error(message.clone()),
+            Action::Finish(Ok(payload)) => Settled {
+                effect: Effect::Finish(payload.clone()),
+                ..Settled::ok("subtask finished".to_owned())
+            },
+            Action::Finish(Err(detail)) => Settled {
+                effect: Effect::SchemaInvalid(detail.clone()),
+                ..Settled::error(prompts::schema_invalid(detail))
+            },
+            Action::Subtask(args) => match take_tool_call(turn) {
+                Some(stop) => stop,
+                None => match subtask::run(turn, level, &call.id, args).await {
+                    Ok(text) => Settled::ok(text),
+                    Err(text) => Settled::error(text),
+                },
+            },
+            Action::Tool { entry, args } => run_gated(turn, level, call, entry, args.clone()).await,
+        }
+    };
+
+    let content = truncate_result(settled.content, turn.config.tool_result_max_bytes);
+    if let Err(trip) = turn.budget.record_result_bytes(content.len()) {
+        turn.trip(trip);
+    }
+    let is_error = settled.status != ToolResultStatus::Success;
+    let metadata = ToolResultMetadata {
+        status: settled.status,
+        started_at,
+        completed_at: unix_now(),
+        execution_time_ms: started.elapsed().as_secs_f64() * 1000.0,
+        approval_status: settled.approval,
+        approval_id: (settled.approval != ApprovalStatus::NotRequired).then(|| call.id.clone()),
+        injected_args: planned.injected.clone(),
+        offloaded_artifact_id: None,
+    };
+    turn.events.emit(ServerEvent::ToolCallUpdate {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        status: ToolCallStatus::End,
+        args: None,
+        result: Some(content.clone()),
+        is_error: Some(is_error),
+        parent_id: level.parent_id.clone(),
+        depth: level.depth,
+        metadata: Some(metadata),
+    });
+    CallResult {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        content,
+        is_error,
+        status: settled.status,
+        effect: settled.effect,
+    }
+}
+
+/// Charge one tool call to the budget; a trip stops the turn and settles the call.
+fn take_tool_call(turn: &Turn) -> Option<Settled> {
+    match turn.budget.take_tool_call() {
+        Ok(()) => None,
+        Err(trip) => {
+            turn.trip(trip);
+            Some(Settled::error(prompts::budget_stop(&trip.to_string())))
+        }
+    }
+}
+
+/// The permission gate, then the budget, then the tool itself.
+async fn run_gated(turn: &Arc<Turn>, level: &Level, call: &ToolCallRequest, entry: &ToolEntry, args: Value) -> Settled {
+    let tool = &entry.tool;
+    let hitl = turn.hitl.contains(tool.name());
+    let approval = match turn.gate.decide(tool.name(), tool.category(), hitl) {
+        GateDecision::Run => ApprovalStatus::NotRequired,
+        GateDecision::Block => {
+            return Settled { status: ToolResultStatus::Rejected, ..Settled::error(prompts::plan_mode_refusal(tool.name())) }
+        }
+        GateDecision::Ask => match ask(turn, level, call, entry, &args, hitl).await {
+            Ok(approval) => approval,
+            Err(settled) => return settled,
+        },
+    };
+    if let Some(stop) = take_tool_call(turn) {
+        return stop.with_approval(approval);
+    }
+    run_tool(turn, level, call, entry, args).await.with_approval(approval)
+}
+
+/// Ask the user; `Ok` carries the approval, `Err` the settled refusal.
+async fn ask(
+    turn: &Turn,
+    level: &Level,
+    call: &ToolCallRequest,
+    entry: &ToolEntry,
+    args: &Value,
+    hitl: bool,
+) -> Result<ApprovalStatus, Settled> {
+    let name = entry.tool.name();
+    // Register before announcing, so an instant answer finds its waiter.
+    let reply = turn.gate.request(&call.id, name, hitl);
+    turn.events.emit(ServerEvent::ToolApprovalRequest {
+        tool_call_id: call.id.clone(),
+        name: name.to_owned(),
+        args: args.clone(),
+        category: entry.tool.category(),
+        parent_id: level.parent_id.clone(),
+        depth: level.depth,
+    });
+    let timeout = turn.config.approval_timeout_ms.map(std::time::Duration::from_millis);
+    let waited = tokio::select! {
+        biased;
+        () = turn.cancel.cancelled() => None,
+        () = sleep_or_forever(timeout) => Some(None),
+        decision = reply => Some(Some(decision.unwrap_or(ApprovalDecision::Deny))),
+    };
+    let resolved = |decision: &str| {
+        turn.events.emit(ServerEvent::ToolApprovalResolved {
+            tool_call_id: call.id.clone(),
+            decision: decision.to_owned(),
+        });
+    };
+    match waited {
+        None => {
+            turn.gate.withdraw(&call.id);
+            resolved("cancelled");
+            Err(Settled::error(prompts::CANCELLED_RESULT.to_owned()).with_approval(ApprovalStatus::Rejected))
+        }
+        Some(None) => {
+            turn.gate.withdraw(&call.id);
+            resolved("timed_out");
+            Err(Settled {
+                status: ToolResultStatus::TimedOut,
+                ..Settled::error(prompts::approval_timed_out(name)).with_approval(ApprovalStatus::TimedOut)
+            })
+        }
+        Some(Some(ApprovalDecision::Deny)) => {
+            resolved("deny");
+            Err(Settled { status: ToolResultStatus::Rejected, ..Settled::error(prompts::denied(name)) }
+                .with_approval(ApprovalStatus::Rejected))
+        }
+        Some(Some(decision)) => {
+            resolved(if decision == ApprovalDecision::AllowForChat { "allow_for_chat" } else { "allow" });
+            Ok(ApprovalStatus::Approved)
+        }
+    }
+}
+
+async fn sleep_or_forever(timeout: Option<std::time::Duration>) {
+    match timeout {
+        Some(t) => tokio::time::sleep(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Run the tool under its exclusive lock (if any), racing cancellation; panics become errors.
+async fn run_tool(turn: &Turn, level: &Level, call: &ToolCallRequest, entry: &ToolEntry, args: Value) -> Settled {
+    let tool = &entry.tool;
+    let _lock = match tool.exclusive_lock() {
+        Some(name) => {
+            let lock = turn.lock(name);
+            tokio::select! {
+                biased;
+                () = turn.cancel.cancelled() => return Settled::error(prompts::CANCELLED_RESULT.to_owned()),
+                guard = lock.lock_owned() => Some(guard),
+            }
+        }
+        None => None,
+    };
+    let ctx = ToolContext {
+        tool_call_id: call.id.clone(),
+        parent_id: level.parent_id.clone(),
+        depth: level.depth,
+        workspace_root: turn.workspace_root.clone(),
+        cancel: turn.cancel.clone(),
+        events: turn.events.clone(),
+        memory: turn.memory.clone(),
+    };
+    let running = AssertUnwindSafe(tool.call(args, &ctx)).catch_unwind();
+    tokio::select! {
+        biased;
+        () = turn.cancel.cancelled() => Settled::error(prompts::CANCELLED_RESULT.to_owned()),
+        outcome = running => match outcome {
+            Ok(Ok(text)) => Settled::ok(text),
+            Ok(Err(ToolError::Model(message))) => Settled::error(message),
+            Ok(Err(ToolError::Fatal(message))) => Settled { effect: Effect::Fatal(message.clone()), ..Settled::error(message) },
+            Err(_panic) => Settled::error(prompts::tool_panicked(tool.name())),
+        },
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}

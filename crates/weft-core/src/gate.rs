@@ -1,0 +1,147 @@
+//! The permission gate: mode × category decides run / ask / block; asks wait on a oneshot
+//! keyed by tool-call id, and a dropped sender reads as deny.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use weft_protocol::{ApprovalDecision, PermissionMode, ToolCategory};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateDecision {
+    Run,
+    Ask,
+    Block,
+}
+
+/// The decision table (seed 001), with `hitl_tools` (seed 004) asking in every mode but Plan,
+/// where non-read tools never run.
+pub fn decide(mode: PermissionMode, category: ToolCategory, allowed_for_chat: bool, hitl: bool) -> GateDecision {
+    let read = category == ToolCategory::Read;
+    match mode {
+        PermissionMode::Plan if !read => GateDecision::Block,
+        _ if hitl => GateDecision::Ask,
+        _ if read => GateDecision::Run,
+        PermissionMode::Auto => GateDecision::Run,
+        PermissionMode::Default if allowed_for_chat => GateDecision::Run,
+        PermissionMode::Default => GateDecision::Ask,
+        PermissionMode::Plan => GateDecision::Block,
+    }
+}
+
+/// One thread's gate: its mode, its "allow for this chat" set and its pending approvals.
+/// Cheap to clone; every clone is the same gate.
+#[derive(Clone, Default)]
+pub struct PermissionGate {
+    inner: Arc<GateInner>,
+}
+
+#[derive(Default)]
+struct GateInner {
+    mode: Mutex<PermissionMode>,
+    allowed_for_chat: Mutex<HashSet<String>>,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+struct Pending {
+    tool_name: String,
+    hitl: bool,
+    reply: oneshot::Sender<ApprovalDecision>,
+}
+
+/// A pending approval as listed for callers (e.g. to re-send after a reconnect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingApproval {
+    pub tool_call_id: String,
+    pub tool_name: String,
+}
+
+impl PermissionGate {
+    pub fn new(mode: PermissionMode) -> Self {
+        let gate = PermissionGate::default();
+        *gate.inner.mode.lock() = mode;
+        gate
+    }
+
+    pub fn mode(&self) -> PermissionMode {
+        *self.inner.mode.lock()
+    }
+
+    /// Change the mode; it applies to the next gated call. Switching to Auto releases
+    /// pending approvals (except `hitl_tools`) as allowed.
+    pub fn set_mode(&self, mode: PermissionMode) {
+        *self.inner.mode.lock() = mode;
+        if mode == PermissionMode::Auto {
+            let released: Vec<Pending> = {
+                let mut pending = self.inner.pending.lock();
+                let ids: Vec<String> =
+                    pending.iter().filter(|(_, p)| !p.hitl).map(|(id, _)| id.clone()).collect();
+                ids.iter().filter_map(|id| pending.remove(id)).collect()
+            };
+            for p in released {
+                let _ = p.reply.send(ApprovalDecision::Allow);
+            }
+        }
+    }
+
+    pub fn is_allowed_for_chat(&self, tool_name: &str) -> bool {
+        self.inner.allowed_for_chat.lock().contains(tool_name)
+    }
+
+    pub fn allow_for_chat(&self, tool_name: &str) {
+        self.inner.allowed_for_chat.lock().insert(tool_name.to_owned());
+    }
+
+    pub fn decide(&self, tool_name: &str, category: ToolCategory, hitl: bool) -> GateDecision {
+        decide(self.mode(), category, self.is_allowed_for_chat(tool_name), hitl)
+    }
+
+    /// Register a pending approval; the receiver resolves when the user answers.
+    pub fn request(&self, tool_call_id: &str, tool_name: &str, hitl: bool) -> oneshot::Receiver<ApprovalDecision> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.pending.lock().insert(
+            tool_call_id.to_owned(),
+            Pending { tool_name: tool_name.to_owned(), hitl, reply: tx },
+        );
+        rx
+    }
+
+    /// Answer a pending approval. Returns false when no approval with that id is pending.
+    /// `allow_for_chat` also adds the tool to this thread's allow set.
+    pub fn respond(&self, tool_call_id: &str, decision: ApprovalDecision) -> bool {
+        let Some(pending) = self.inner.pending.lock().remove(tool_call_id) else {
+            return false;
+        };
+        if decision == ApprovalDecision::AllowForChat {
+            self.allow_for_chat(&pending.tool_name);
+        }
+        let _ = pending.reply.send(decision);
+        true
+    }
+
+    /// Forget a pending approval (it timed out or its turn ended).
+    pub fn withdraw(&self, tool_call_id: &str) {
+        self.inner.pending.lock().remove(tool_call_id);
+    }
+
+    pub fn pending(&self) -> Vec<PendingApproval> {
+        self.inner
+            .pending
+            .lock()
+            .iter()
+            .map(|(id, p)| PendingApproval { tool_call_id: id.clone(), tool_name: p.tool_name.clone() })
+            .collect()
+    }
+
+    /// Drop every pending approval; their waiters read it as deny.
+    pub fn clear_pending(&self) {
+        self.inner.pending.lock().clear();
+    }
+}
+
+impl std::fmt::Debug for PermissionGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermissionGate").field("mode", &self.mode()).finish_non_exhaustive()
+    }
+}

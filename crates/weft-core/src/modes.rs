@@ -1,0 +1,80 @@
+//! Execution modes (seed 003): a turn runs through a mode looked up by name. `classic` (the
+//! unified tool-calling loop) is registered by default; others plug in without touching it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::turn::{run_classic_turn, TurnOutcome, TurnSpec};
+
+#[async_trait]
+pub trait ExecutionMode: Send + Sync {
+    fn name(&self) -> &str;
+    /// A line for the system prompt describing how the model works in this mode.
+    fn prompt_hint(&self) -> Option<&str> {
+        None
+    }
+    async fn run(&self, spec: TurnSpec) -> TurnOutcome;
+}
+
+/// The unified tool-calling loop.
+pub struct ClassicMode;
+
+pub const CLASSIC: &str = "classic";
+
+#[async_trait]
+impl ExecutionMode for ClassicMode {
+    fn name(&self) -> &str {
+        CLASSIC
+    }
+
+    async fn run(&self, spec: TurnSpec) -> TurnOutcome {
+        run_classic_turn(spec).await
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown execution mode `{name}`; registered modes: {}", available.join(", "))]
+pub struct UnknownMode {
+    pub name: String,
+    pub available: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct ModeRegistry {
+    modes: BTreeMap<String, Arc<dyn ExecutionMode>>,
+}
+
+impl Default for ModeRegistry {
+    fn default() -> Self {
+        let mut registry = ModeRegistry { modes: BTreeMap::new() };
+        registry.register(Arc::new(ClassicMode));
+        registry
+    }
+}
+
+impl ModeRegistry {
+    /// A registry holding `classic`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add (or replace) a mode under its own name.
+    pub fn register(&mut self, mode: Arc<dyn ExecutionMode>) {
+        self.modes.insert(mode.name().to_owned(), mode);
+    }
+
+    /// The mode called `name`; `None` means `classic`.
+    pub fn get(&self, name: Option<&str>) -> Result<Arc<dyn ExecutionMode>, UnknownMode> {
+        let name = name.unwrap_or(CLASSIC);
+        self.modes.get(name).cloned().ok_or_else(|| UnknownMode {
+            name: name.to_owned(),
+            available: self.names(),
+        })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.modes.keys().cloned().collect()
+    }
+}

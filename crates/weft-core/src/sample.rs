@@ -1,0 +1,112 @@
+//! One provider call: stream text to the client as chunks, collect tool calls and usage.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use weft_protocol::ServerEvent;
+
+use crate::message::{ChatMessage, ToolCallRequest};
+use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
+use crate::run_loop::Level;
+use crate::turn::{ModelCallRecord, Turn};
+
+pub(crate) struct Sampled {
+    pub text: String,
+    pub tool_calls: Vec<ToolCallRequest>,
+}
+
+pub(crate) enum SampleError {
+    /// The turn is stopping (cancelled or a budget tripped).
+    Stopped,
+    Provider(String),
+}
+
+/// Call the provider once. Text is appended to `all_text` as it streams, so partial text
+/// survives an error or a stop.
+pub(crate) async fn sample(
+    turn: &Turn,
+    level: &Level,
+    messages: Arc<Vec<ChatMessage>>,
+    all_text: &mut String,
+) -> Result<Sampled, SampleError> {
+    if let Err(trip) = turn.budget.take_llm_call() {
+        turn.trip(trip);
+        return Err(SampleError::Stopped);
+    }
+    let tools: Arc<[ToolSpec]> = if turn.capabilities.tools { level.specs.clone() } else { Arc::from([]) };
+    let request = ProviderRequest { model: turn.model.clone(), system: level.system.clone(), messages, tools };
+    let started = Instant::now();
+    let mut call = CallAccount { turn, level, started, usage: Usage::default() };
+
+    let opened = tokio::select! {
+        biased;
+        () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
+        opened = turn.provider.stream(request, turn.cancel.clone()) => opened,
+    };
+    let mut stream = match opened {
+        Ok(stream) => stream,
+        Err(e) => return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string()))),
+    };
+
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
+            next = stream.next() => next,
+        };
+        match next {
+            None => break,
+            Some(Err(e)) => return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string()))),
+            Some(Ok(ProviderEvent::TextDelta(delta))) => {
+                if delta.is_empty() {
+                    continue;
+                }
+                text.push_str(&delta);
+                all_text.push_str(&delta);
+                turn.events.emit(ServerEvent::Chunk {
+                    content: delta,
+                    done: false,
+                    parent_id: level.parent_id.clone(),
+                    depth: level.depth,
+                });
+            }
+            Some(Ok(ProviderEvent::ToolCall(call_request))) => tool_calls.push(call_request),
+            Some(Ok(ProviderEvent::Usage(usage))) => call.usage.add(usage),
+            Some(Ok(ProviderEvent::ReasoningDelta(_) | ProviderEvent::Finish(_))) => {}
+        }
+    }
+    call.close(None, ());
+    Ok(Sampled { text, tool_calls })
+}
+
+/// Accounts for one provider call however it ends: usage, cost, the model-call record.
+struct CallAccount<'a> {
+    turn: &'a Turn,
+    level: &'a Level,
+    started: Instant,
+    usage: Usage,
+}
+
+impl CallAccount<'_> {
+    fn close<T>(&mut self, error: Option<&str>, value: T) -> T {
+        let cost = self.turn.rate_card.cost(&self.turn.model, self.usage);
+        self.turn.record_model_call(ModelCallRecord {
+            provider: self.turn.provider.name().to_owned(),
+            model: self.turn.model.clone(),
+            depth: self.level.depth,
+            input_tokens: self.usage.input_tokens,
+            output_tokens: self.usage.output_tokens,
+            cost_usd: cost,
+            duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+            error: error.map(str::to_owned),
+        });
+        // The response is kept; a cap passed by it ends the turn after this call.
+        if let Err(trip) = self.turn.budget.record_usage(self.usage, cost) {
+            self.turn.trip(trip);
+        }
+        value
+    }
+}

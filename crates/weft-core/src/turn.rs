@@ -1,0 +1,220 @@
+//! One turn: its inputs (`TurnSpec`), shared runtime state (`Turn`), and what it hands back
+//! (`TurnOutcome`). `run_classic_turn` runs the unified loop at depth 0 under the wall clock.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+use weft_protocol::{AgentConfig, Amount, ExecutionTreeSnapshot, ServerEvent};
+
+use crate::budget::{BudgetTrip, TurnBudget, UsageTotals};
+use crate::cost::RateCard;
+use crate::events::EventSink;
+use crate::gate::PermissionGate;
+use crate::memory::AgentMemory;
+use crate::message::ChatMessage;
+use crate::prompts;
+use crate::provider::{Capabilities, Provider};
+use crate::run_loop::{run_level, Level, LevelEnd};
+use crate::toolbelt::Toolbelt;
+use crate::tree::ToolCallRecord;
+
+/// Everything a turn needs. The history ends with the new user message.
+#[derive(Clone)]
+pub struct TurnSpec {
+    pub provider: Arc<dyn Provider>,
+    pub model: String,
+    pub system_prompt: String,
+    pub history: Vec<ChatMessage>,
+    pub toolbelt: Toolbelt,
+    pub config: Arc<AgentConfig>,
+    pub gate: PermissionGate,
+    pub rate_card: Arc<RateCard>,
+    pub events: EventSink,
+    /// Cancelling this stops the turn at its next await.
+    pub cancel: CancellationToken,
+    pub memory: AgentMemory,
+    pub workspace_root: Option<Arc<Path>>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEnd {
+    Completed,
+    BudgetExceeded(BudgetTrip),
+    Cancelled,
+    ProviderError(String),
+    /// `tool_error_mode = "abort"` and a tool failed.
+    ToolAborted(String),
+    /// A tool reported a fatal error, or the mode could not run.
+    Failed(String),
+}
+
+/// One provider call, for accounting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCallRecord {
+    pub provider: String,
+    pub model: String,
+    pub depth: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    pub duration_ms: f64,
+    pub error: Option<String>,
+}
+
+/// What a turn produced, whatever way it ended.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    /// Every piece of root-level text streamed during the turn, in order (partial text included).
+    pub text: String,
+    pub end: TurnEnd,
+    pub tree: ExecutionTreeSnapshot,
+    pub totals: UsageTotals,
+    pub model_calls: Vec<ModelCallRecord>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// The root history after the turn: the input history plus every message the turn added.
+    pub history: Vec<ChatMessage>,
+}
+
+/// Runtime state shared by every depth of one turn.
+pub(crate) struct Turn {
+    pub provider: Arc<dyn Provider>,
+    pub model: String,
+    pub capabilities: Capabilities,
+    pub config: Arc<AgentConfig>,
+    pub budget: TurnBudget,
+    pub gate: PermissionGate,
+    pub hitl: HashSet<String>,
+    pub rate_card: Arc<RateCard>,
+    pub events: EventSink,
+    pub memory: AgentMemory,
+    pub workspace_root: Option<Arc<Path>>,
+    /// Child of the caller's token: cancelled by the caller, a budget trip or a fatal error.
+    pub cancel: CancellationToken,
+    end: OnceLock<TurnEnd>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    model_calls: Mutex<Vec<ModelCallRecord>>,
+}
+
+impl Turn {
+    fn new(spec: &TurnSpec) -> Self {
+        Turn {
+            provider: spec.provider.clone(),
+            model: spec.model.clone(),
+            capabilities: spec.provider.capabilities(&spec.model),
+            config: spec.config.clone(),
+            budget: TurnBudget::new(&spec.config),
+            gate: spec.gate.clone(),
+            hitl: spec.config.hitl_tools.iter().cloned().collect(),
+            rate_card: spec.rate_card.clone(),
+            events: spec.events.clone(),
+            memory: spec.memory.clone(),
+            workspace_root: spec.workspace_root.clone(),
+            cancel: spec.cancel.child_token(),
+            end: OnceLock::new(),
+            locks: Mutex::new(HashMap::new()),
+            model_calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// End the turn for `end` (the first reason wins) and cancel everything in flight.
+    pub fn stop(&self, end: TurnEnd) {
+        if let TurnEnd::BudgetExceeded(trip) = &end {
+            if self.end.get().is_none() {
+                self.emit_budget_exceeded(trip, true, None, 0);
+            }
+        }
+        let _ = self.end.set(end);
+        self.cancel.cancel();
+    }
+
+    pub fn trip(&self, trip: BudgetTrip) {
+        self.stop(TurnEnd::BudgetExceeded(trip));
+    }
+
+    pub fn emit_budget_exceeded(&self, trip: &BudgetTrip, ends_turn: bool, parent_id: Option<String>, depth: u32) {
+        self.events.emit(ServerEvent::BudgetExceeded {
+            reason: trip.reason,
+            limit: Amount(trip.limit),
+            observed: Amount(trip.observed),
+            ends_turn,
+            parent_id,
+            depth,
+        });
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The named exclusive lock, shared by every depth of the turn.
+    pub fn lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.lock().entry(name.to_owned()).or_default().clone()
+    }
+
+    pub fn record_model_call(&self, record: ModelCallRecord) {
+        self.model_calls.lock().push(record);
+    }
+}
+
+/// Run one turn of the unified loop (the `classic` execution mode).
+pub async fn run_classic_turn(spec: TurnSpec) -> TurnOutcome {
+    let turn = Arc::new(Turn::new(&spec));
+    let root = Level::root(&turn, &spec);
+    let deadline = tokio::time::Instant::from_std(turn.budget.deadline());
+    let run = run_level(turn.clone(), root, spec.history);
+    tokio::pin!(run);
+    let result = tokio::select! {
+        result = &mut run => result,
+        () = tokio::time::sleep_until(deadline) => {
+            if let Err(trip) = turn.budget.check_wall_clock() {
+                turn.trip(trip);
+            }
+            run.await
+        }
+    };
+    let end = match turn.end.get() {
+        Some(end) => end.clone(),
+        None if spec.cancel.is_cancelled() => TurnEnd::Cancelled,
+        None => match result.end {
+            LevelEnd::Answer(_) | LevelEnd::Structured(_) => TurnEnd::Completed,
+            LevelEnd::Failed(message) => TurnEnd::Failed(message),
+            LevelEnd::Stopped => TurnEnd::Cancelled,
+        },
+    };
+    finish(&turn, end, result.all_text, result.history)
+}
+
+/// Emit the cost summary and gather the outcome.
+pub(crate) fn finish(turn: &Turn, end: TurnEnd, text: String, history: Vec<ChatMessage>) -> TurnOutcome {
+    let totals = turn.budget.totals();
+    turn.events.emit(ServerEvent::CostSummary {
+        llm_calls: totals.llm_calls,
+        tool_calls: totals.tool_calls,
+        input_tokens: totals.input_tokens,
+        output_tokens: totals.output_tokens,
+        cost_usd: totals.cost_usd,
+    });
+    TurnOutcome {
+        text,
+        end,
+        tree: turn.events.tree(),
+        totals,
+        model_calls: std::mem::take(&mut *turn.model_calls.lock()),
+        tool_calls: turn.events.tool_call_records(),
+        history,
+    }
+}
+
+/// The message shown for a turn that ended early, for callers that surface it.
+pub fn end_message(end: &TurnEnd) -> Option<String> {
+    match end {
+        TurnEnd::Completed => None,
+        TurnEnd::BudgetExceeded(trip) => Some(trip.to_string()),
+        TurnEnd::Cancelled => Some(prompts::CANCELLED_RESULT.to_owned()),
+        TurnEnd::ProviderError(m) | TurnEnd::ToolAborted(m) | TurnEnd::Failed(m) => Some(m.clone()),
+    }
+}

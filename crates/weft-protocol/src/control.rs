@@ -1,0 +1,41 @@
+//! Control frames (not enveloped): approvals, client tools, client tool results, ping.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Allow,
+    AllowForChat,
+    Deny,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlFrame {
+    ToolApprovalResponse {
+        tool_call_id: String,
+        decision: ApprovalDecision,
+    },
+    ClientToolsManifest {
+        tools: Vec<ClientTool>,
+    },
+    ToolResult {
+        tool_call_id: String,
+        ok: bool,
+        #[serde(default)]
+        result: Value,
+    },
+    Ping,
+}
+
+/// A tool the client runs itself (`ui_*`), advertised by the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: Value,
+}

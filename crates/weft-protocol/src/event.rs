@@ -1,0 +1,224 @@
+//! Server → client frames: turn events carry `thread_id` and `seq` in a shared envelope.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::metadata::ToolResultMetadata;
+use crate::tree::ExecutionTreeSnapshot;
+use crate::types::{MessageContent, PermissionMode, ToolCategory};
+
+/// One outbound frame: an event plus the thread and per-thread sequence it belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerFrame {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(flatten)]
+    pub event: ServerEvent,
+}
+
+impl ServerFrame {
+    /// A frame outside any thread (errors, pong).
+    pub fn bare(event: ServerEvent) -> Self {
+        ServerFrame { thread_id: None, seq: None, event }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallStatus {
+    Start,
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetReason {
+    Subtasks,
+    LlmCalls,
+    ToolCalls,
+    WallClock,
+    Tokens,
+    Bytes,
+    Cost,
+    Depth,
+    Iterations,
+}
+
+impl BudgetReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetReason::Subtasks => "subtasks",
+            BudgetReason::LlmCalls => "llm_calls",
+            BudgetReason::ToolCalls => "tool_calls",
+            BudgetReason::WallClock => "wall_clock",
+            BudgetReason::Tokens => "tokens",
+            BudgetReason::Bytes => "bytes",
+            BudgetReason::Cost => "cost",
+            BudgetReason::Depth => "depth",
+            BudgetReason::Iterations => "iterations",
+        }
+    }
+}
+
+/// Stable machine words for `error.code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidJson,
+    UnknownCommand,
+    InvalidField,
+    Unauthorized,
+    Forbidden,
+    ThreadNotFound,
+    TurnInProgress,
+    UnknownMode,
+    UnsupportedRoute,
+    ProviderError,
+    BudgetExceeded,
+    Internal,
+}
+
+/// A number that serializes as an integer when it is whole (`200`, not `200.0`).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
+pub struct Amount(pub f64);
+
+impl Serialize for Amount {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.fract() == 0.0 && self.0.abs() < 9.0e15 {
+            s.serialize_i64(self.0 as i64)
+        } else {
+            s.serialize_f64(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        f64::deserialize(d).map(Amount)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerEvent {
+    Chunk {
+        content: String,
+        #[serde(default)]
+        done: bool,
+        #[serde(default)]
+        parent_id: Option<String>,
+        #[serde(default)]
+        depth: u32,
+    },
+    ToolCallUpdate {
+        tool_call_id: String,
+        name: String,
+        status: ToolCallStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        args: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+        #[serde(default)]
+        parent_id: Option<String>,
+        #[serde(default)]
+        depth: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metadata: Option<ToolResultMetadata>,
+    },
+    ToolApprovalRequest {
+        tool_call_id: String,
+        name: String,
+        args: Value,
+        category: ToolCategory,
+        #[serde(default)]
+        parent_id: Option<String>,
+        #[serde(default)]
+        depth: u32,
+    },
+    /// A previously requested approval is no longer pending (answered, released or timed out).
+    ToolApprovalResolved {
+        tool_call_id: String,
+        decision: String,
+    },
+    BudgetExceeded {
+        reason: BudgetReason,
+        limit: Amount,
+        observed: Amount,
+        /// Whether the whole turn ends; depth and sub-level iteration limits only fail a subtask.
+        #[serde(default = "yes")]
+        ends_turn: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_id: Option<String>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        depth: u32,
+    },
+    CostSummary {
+        llm_calls: u64,
+        tool_calls: u64,
+        input_tokens: u64,
+        output_tokens: u64,
+        cost_usd: f64,
+    },
+    Message {
+        message: StoredMessage,
+    },
+    ToolCall {
+        tool_call_id: String,
+        name: String,
+        args: Value,
+    },
+    PlanningUpdate {
+        status: String,
+        content: String,
+    },
+    /// The turn for this thread has started (tells a client the id of a new thread).
+    TurnStarted {
+        message_id: String,
+        permission_mode: PermissionMode,
+        mode: String,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
+    },
+    Pong,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl ServerEvent {
+    pub fn error(code: ErrorCode, message: impl Into<String>, request_id: Option<String>) -> Self {
+        ServerEvent::Error { code, message: message.into(), request_id }
+    }
+}
+
+/// A persisted message as clients see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    pub id: String,
+    pub role: String,
+    pub content: MessageContent,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<PermissionMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_tree: Option<ExecutionTreeSnapshot>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    pub created_at: String,
+}

@@ -1,0 +1,39 @@
+//! `ToolResultMetadata` (seed 004): the canonical runtime record of one tool call.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolResultStatus {
+    Success,
+    Error,
+    Rejected,
+    TimedOut,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    NotRequired,
+    Approved,
+    Rejected,
+    TimedOut,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultMetadata {
+    pub status: ToolResultStatus,
+    /// Unix seconds.
+    pub started_at: f64,
+    /// Unix seconds.
+    pub completed_at: f64,
+    pub execution_time_ms: f64,
+    pub approval_status: ApprovalStatus,
+    #[serde(default)]
+    pub approval_id: Option<String>,
+    #[serde(default)]
+    pub injected_args: Map<String, Value>,
+    #[serde(default)]
+    pub offloaded_artifact_id: Option<String>,
+}

@@ -1,0 +1,120 @@
+//! Small shared vocabulary: permission modes, tool categories and classes, chat context, content.
+
+use serde::{Deserialize, Serialize};
+
+/// Per-thread trust level deciding what a gated tool call does (seed 001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Only `read` tools run; everything else is refused and the agent proposes instead.
+    Plan,
+    /// `read` tools run; every other call asks the user first.
+    #[default]
+    Default,
+    /// Every call runs without asking (except `hitl_tools`).
+    Auto,
+}
+
+impl PermissionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Plan => "plan",
+            PermissionMode::Default => "default",
+            PermissionMode::Auto => "auto",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "plan" => Some(PermissionMode::Plan),
+            "default" => Some(PermissionMode::Default),
+            "auto" => Some(PermissionMode::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// What a tool call does to the world, deciding approval per mode (seed 001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCategory {
+    Read,
+    Write,
+    Execute,
+    External,
+}
+
+/// Whether a tool exists in a session's toolbelt at all (seed 000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyClass {
+    Safe,
+    Knowledge,
+    Network,
+    WorkspaceWrite,
+    EditorMutate,
+    Subagent,
+    Secrets,
+}
+
+/// Where the chat happens; `editor` unlocks editor-mutating tools.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChatContext {
+    #[default]
+    Thread,
+    Editor {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workflow_id: Option<String>,
+    },
+}
+
+/// A user message body: plain text or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl Default for MessageContent {
+    fn default() -> Self {
+        MessageContent::Text(String::new())
+    }
+}
+
+impl From<&str> for MessageContent {
+    fn from(s: &str) -> Self {
+        MessageContent::Text(s.to_owned())
+    }
+}
+
+impl From<String> for MessageContent {
+    fn from(s: String) -> Self {
+        MessageContent::Text(s)
+    }
+}
+
+impl MessageContent {
+    /// The text of the message, parts joined by newlines; images are skipped.
+    pub fn text(&self) -> String {
+        match self {
+            MessageContent::Text(t) => t.clone(),
+            MessageContent::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text.as_str()),
+                    ContentPart::ImageUrl { .. } => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text { text: String },
+    ImageUrl { image_url: String },
+}
