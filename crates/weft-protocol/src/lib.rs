@@ -4,6 +4,7 @@ pub mod agent_config;
 pub mod command;
 pub mod control;
 pub mod event;
+pub mod inbound;
 pub mod metadata;
 pub mod tree;
 pub mod types;
@@ -17,6 +18,7 @@ pub use control::{ApprovalDecision, ClientTool, ControlFrame};
 pub use event::{
     Amount, BudgetReason, ErrorCode, ServerEvent, ServerFrame, StoredMessage, ToolCallStatus,
 };
+pub use inbound::{decode_inbound, InboundError, InboundFrame};
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};
 pub use tree::{preview, ExecutionTreeNode, ExecutionTreeSnapshot, PREVIEW_MAX_CHARS};
 pub use types::{ChatContext, ContentPart, MessageContent, PermissionMode, PolicyClass, ToolCategory};

@@ -1,0 +1,343 @@
+//! The unified loop at depth 0: answers, tool calls, parallelism, failures, cancellation.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use support::tools::{Behaviour, TestTool};
+use support::{assert_no_orphans, lines, result_of, Harness};
+use weft_core::{Role, TurnEnd};
+use weft_protocol::{ApprovalStatus, ServerEvent, ToolCategory, ToolResultStatus};
+
+fn calls(list: &[(&str, &str, serde_json::Value)]) -> serde_json::Value {
+    json!({"tool_calls": list.iter().map(|(id, name, args)| json!({"id": id, "name": name, "arguments": args})).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn a_trivial_question_is_answered_directly() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [{"chunks": ["Hel", "lo"]}]}]}));
+    let (outcome, events) = h.run().await;
+    assert_eq!(lines(&events), vec!["chunk d0 \"Hel\"", "chunk d0 \"lo\"", "cost llm=1 tools=0"]);
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    assert_eq!(outcome.text, "Hello");
+    assert!(outcome.tree.nodes.is_empty());
+    assert_eq!(outcome.history.len(), 2);
+    assert_eq!(outcome.model_calls.len(), 1);
+}
+
+#[tokio::test]
+async fn a_tool_call_result_feeds_the_next_round() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("c1", "echo", json!({"x": 1}))]),
+        {"text": "done"}
+    ]}]}))
+    .tool(TestTool::new("echo"));
+    let (outcome, events) = h.run().await;
+    assert_eq!(
+        lines(&events),
+        vec!["start d0 echo#c1", "end d0 echo#c1", "chunk d0 \"done\"", "cost llm=2 tools=1"]
+    );
+    assert_eq!(result_of(&events, "c1"), ("{\"x\":1}".to_owned(), false));
+    let second = &h.provider.requests.lock()[1];
+    let last = second.messages.last().unwrap();
+    assert_eq!((last.role, last.tool_call_id.as_deref(), last.text()), (Role::Tool, Some("c1"), "{\"x\":1}".to_owned()));
+    assert_eq!(outcome.tree.nodes.len(), 1);
+    assert_eq!(outcome.tree.nodes[0].args_preview.as_deref(), Some("{\"x\":1}"));
+    let meta = support::metadata_of(&events, "c1");
+    assert_eq!((meta.status, meta.approval_status), (ToolResultStatus::Success, ApprovalStatus::NotRequired));
+    assert!(meta.completed_at >= meta.started_at);
+}
+
+#[tokio::test]
+async fn parallel_safe_calls_run_concurrently() {
+    let tool = TestTool::new("slow").delay_ms(50);
+    let probe = tool.probe();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("a", "slow", json!({"i": 0})), ("b", "slow", json!({"i": 1})), ("c", "slow", json!({"i": 2}))]),
+        {"text": "ok"}
+    ]}]}))
+    .tool(tool);
+    let (outcome, events) = h.run().await;
+    assert_eq!(probe.peak(), 3);
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    // Results go back in the order the model emitted the calls.
+    let ids: Vec<_> = outcome.history.iter().filter_map(|m| m.tool_call_id.clone()).collect();
+    assert_eq!(ids, vec!["a", "b", "c"]);
+    assert_eq!(events.iter().filter(|e| matches!(e, ServerEvent::ToolCallUpdate { .. })).count(), 6);
+}
+
+#[tokio::test]
+async fn surplus_beyond_max_parallel_is_queued() {
+    let tool = TestTool::new("slow").delay_ms(20);
+    let probe = tool.probe();
+    let five: Vec<_> = (0..5).map(|i| (format!("c{i}"), json!({"i": i}))).collect();
+    let list: Vec<(&str, &str, serde_json::Value)> = five.iter().map(|(id, a)| (id.as_str(), "slow", a.clone())).collect();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [calls(&list), {"text": "ok"}]}]}))
+        .tool(tool)
+        .config(|c| c.max_parallel_per_turn = 2);
+    let (outcome, _) = h.run().await;
+    assert_eq!(probe.peak(), 2);
+    assert_eq!(probe.count(), 5);
+    assert_eq!(outcome.end, TurnEnd::Completed);
+}
+
+#[tokio::test]
+async fn exclusive_calls_run_serially_in_emitted_order() {
+    let tool = TestTool::new("exclusive").serial().delay_ms(10);
+    let probe = tool.probe();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("a", "exclusive", json!({"i": 0})), ("b", "exclusive", json!({"i": 1})), ("c", "exclusive", json!({"i": 2}))]),
+        {"text": "ok"}
+    ]}]}))
+    .tool(tool);
+    h.run().await;
+    assert_eq!(probe.peak(), 1);
+    assert_eq!(*probe.calls.lock(), vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]);
+}
+
+#[tokio::test]
+async fn calls_sharing_a_named_lock_never_overlap() {
+    let locked = TestTool::new("locked").lock("workspace_fs").delay_ms(20);
+    let probe = locked.probe();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("a", "locked", json!({"i": 0})), ("b", "locked", json!({"i": 1}))]),
+        {"text": "ok"}
+    ]}]}))
+    .tool(locked);
+    h.run().await;
+    assert_eq!(probe.peak(), 1);
+    assert_eq!(probe.count(), 2);
+}
+
+#[tokio::test]
+async fn serial_parallelism_runs_everything_in_order() {
+    let tool = TestTool::new("slow").delay_ms(10);
+    let probe = tool.probe();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("a", "slow", json!({"i": 0})), ("b", "slow", json!({"i": 1})), ("c", "slow", json!({"i": 2}))]),
+        {"text": "ok"}
+    ]}]}))
+    .tool(tool)
+    .config(|c| c.tool_parallelism = weft_protocol::ToolParallelism::Serial);
+    h.run().await;
+    assert_eq!(probe.peak(), 1);
+    assert_eq!(*probe.calls.lock(), vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]);
+}
+
+#[tokio::test]
+async fn a_failing_or_panicking_tool_never_takes_down_its_siblings() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("ok", "echo", json!({"v": 1})), ("bad", "fail", json!({})), ("boom", "panic", json!({}))]),
+        {"text": "recovered"}
+    ]}]}))
+    .tool(TestTool::new("echo"))
+    .tool(TestTool::new("fail").behaviour(Behaviour::Fail("disk on fire")))
+    .tool(TestTool::new("panic").behaviour(Behaviour::Panic));
+    let (outcome, events) = h.run().await;
+    assert_eq!(result_of(&events, "ok"), ("{\"v\":1}".to_owned(), false));
+    assert_eq!(result_of(&events, "bad"), ("disk on fire".to_owned(), true));
+    let (boom, is_error) = result_of(&events, "boom");
+    assert!(is_error && boom.contains("crashed"), "{boom}");
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    assert_eq!(outcome.text, "recovered");
+    assert_no_orphans(&outcome.history);
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_an_error_result_listing_the_available_tools() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("x", "hallucinated_tool", json!({}))]), {"text": "sorry"}
+    ]}]}))
+    .tool(TestTool::new("echo"));
+    let (outcome, events) = h.run().await;
+    let (text, is_error) = result_of(&events, "x");
+    assert!(is_error);
+    assert_eq!(text, "error: unknown tool `hallucinated_tool`. Available tools: run_subtask, echo.");
+    assert_eq!(outcome.end, TurnEnd::Completed);
+}
+
+#[tokio::test]
+async fn malformed_json_arguments_are_an_error_result_not_a_crash() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"id": "m", "name": "echo", "arguments": {"a": 1}}], "error": {"kind": "malformed_tool_args"}},
+        {"text": "fine"}
+    ]}]}))
+    .tool(TestTool::new("echo"));
+    let (outcome, events) = h.run().await;
+    let (text, is_error) = result_of(&events, "m");
+    assert!(is_error && text.contains("not valid JSON"), "{text}");
+    assert_eq!(outcome.text, "fine");
+}
+
+#[tokio::test]
+async fn strict_validation_rejects_and_lenient_coerces() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("v", "count", json!({"n": "3", "junk": true}))]), {"text": "ok"}
+    ]}]});
+    let strict = Harness::new(script.clone()).tool(TestTool::new("count").schema(schema.clone()));
+    let (_, events) = strict.run().await;
+    let (text, is_error) = result_of(&events, "v");
+    assert!(is_error && text.starts_with("error: invalid arguments for `count`"), "{text}");
+
+    let lenient = Harness::new(script)
+        .tool(TestTool::new("count").schema(schema))
+        .config(|c| c.arg_validation = weft_protocol::ArgValidation::Lenient);
+    let (_, events) = lenient.run().await;
+    assert_eq!(result_of(&events, "v"), ("{\"n\":3}".to_owned(), false));
+}
+
+#[tokio::test]
+async fn oversized_results_are_cut_at_a_utf8_boundary_with_the_marker() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("big", "big", json!({}))]), {"text": "ok"}
+    ]}]}))
+    .tool(TestTool::new("big").behaviour(Behaviour::Text("€".repeat(1000))))
+    .config(|c| c.tool_result_max_bytes = 101);
+    let (outcome, events) = h.run().await;
+    let (text, _) = result_of(&events, "big");
+    assert!(text.len() <= 101);
+    assert!(text.ends_with("[…truncated; full result 3000 bytes]"), "{text}");
+    assert!(text.trim_end_matches("[…truncated; full result 3000 bytes]").chars().all(|c| c == '€'));
+    let fed_back = outcome.history.iter().find(|m| m.tool_call_id.as_deref() == Some("big")).unwrap();
+    assert_eq!(fed_back.text(), text);
+}
+
+#[tokio::test]
+async fn abort_error_mode_ends_the_turn_on_a_tool_failure() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("bad", "fail", json!({}))]), {"text": "never"}
+    ]}]}))
+    .tool(TestTool::new("fail").behaviour(Behaviour::Fail("nope")))
+    .config(|c| c.tool_error_mode = weft_protocol::ToolErrorMode::Abort);
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::ToolAborted("tool `fail` failed: nope".to_owned()));
+    assert_eq!(h.provider.requests.lock().len(), 1);
+}
+
+#[tokio::test]
+async fn a_fatal_tool_error_ends_the_turn() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("f", "fatal", json!({}))]), {"text": "never"}
+    ]}]}))
+    .tool(TestTool::new("fatal").behaviour(Behaviour::Fatal("store is gone")));
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Failed("store is gone".to_owned()));
+}
+
+#[tokio::test]
+async fn repeated_identical_calls_are_refused() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "echo", "arguments": {"same": true}}], "repeat": true}
+    ]}]}))
+    .tool(TestTool::new("echo"))
+    .config(|c| {
+        c.max_identical_calls = 3;
+        c.max_iterations_per_level = 4;
+    });
+    let (_, events) = h.run().await;
+    let results: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::ToolCallUpdate { is_error: Some(err), .. } => Some(*err),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, vec![false, false, true, true]);
+    let last_error = events.iter().rev().find_map(|e| match e {
+        ServerEvent::ToolCallUpdate { result: Some(r), .. } => Some(r.clone()),
+        _ => None,
+    });
+    assert!(last_error.unwrap().contains("identical arguments"));
+}
+
+#[tokio::test]
+async fn cancelling_mid_tool_leaves_no_orphaned_call() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["working"], "tool_calls": [{"id": "slow", "name": "slow", "arguments": {}}, {"id": "q", "name": "queued", "arguments": {}}]},
+        {"text": "never"}
+    ]}]}))
+    .tool(TestTool::new("slow").delay_ms(10_000))
+    .tool(TestTool::new("queued").serial());
+    let cancel = h.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    let started = std::time::Instant::now();
+    let (outcome, events) = h.run().await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(outcome.end, TurnEnd::Cancelled);
+    assert_eq!(outcome.text, "working");
+    assert_eq!(result_of(&events, "slow"), (weft_core::prompts::CANCELLED_RESULT.to_owned(), true));
+    assert_eq!(result_of(&events, "q").1, true);
+    assert_no_orphans(&outcome.history);
+    assert_eq!(h.provider.requests.lock().len(), 1);
+}
+
+#[tokio::test]
+async fn a_provider_error_ends_the_turn_keeping_partial_text() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["partial ", "answer"], "error": {"kind": "http_status", "status": 500}}
+    ]}]}));
+    let (outcome, events) = h.run().await;
+    assert_eq!(outcome.text, "partial answer");
+    assert!(matches!(&outcome.end, TurnEnd::ProviderError(m) if m.contains("500")), "{:?}", outcome.end);
+    assert_eq!(outcome.model_calls[0].error.as_deref().map(|e| e.contains("500")), Some(true));
+    assert_eq!(lines(&events).last().unwrap(), "cost llm=1 tools=0");
+}
+
+#[tokio::test]
+async fn a_provider_without_tools_degrades_to_plain_chat() {
+    let h = Harness::new(json!({"tools": false, "conversations": [{"match": "*", "steps": [{"text": "plain"}]}]}))
+        .tool(TestTool::new("echo"));
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.text, "plain");
+    assert!(h.provider.requests.lock()[0].tools.is_empty());
+}
+
+#[tokio::test]
+async fn the_provider_sees_tool_specs_with_injected_args_and_tools_never_get_them() {
+    let tool = TestTool::new("echo").schema(json!({"type": "object", "properties": {"x": {"type": "integer"}}}));
+    let probe = tool.probe();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("c", "echo", json!({"x": 1, "run_origin": "playground"}))]), {"text": "ok"}
+    ]}]}))
+    .tool(tool)
+    .config(|c| {
+        c.injected_tool_args.insert("run_origin".into(), "Caller surface.".into());
+    });
+    let (_, events) = h.run().await;
+    let spec = h.provider.requests.lock()[0].tools.iter().find(|t| t.name == "echo").cloned().unwrap();
+    assert_eq!(spec.parameters["properties"]["run_origin"], json!({"type": "string", "description": "Caller surface."}));
+    assert_eq!(*probe.calls.lock(), vec![json!({"x": 1})]);
+    let meta = support::metadata_of(&events, "c");
+    assert_eq!(meta.injected_args.get("run_origin"), Some(&json!("playground")));
+}
+
+#[tokio::test]
+async fn cost_comes_from_the_rate_card() {
+    let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"text": "hi", "usage": {"input_tokens": 1000, "output_tokens": 500}}
+    ]}]}));
+    h.rate_card.set("test-model", weft_core::ModelRate { input_per_mtok: 2.0, output_per_mtok: 10.0 });
+    let (outcome, events) = h.run().await;
+    assert!((outcome.totals.cost_usd - 0.007).abs() < 1e-9);
+    assert!(events.iter().any(|e| matches!(e,
+        ServerEvent::CostSummary { input_tokens: 1000, output_tokens: 500, cost_usd, .. } if (cost_usd - 0.007).abs() < 1e-9)));
+}
+
+#[tokio::test]
+async fn write_tools_respect_the_category_in_events() {
+    // A read tool in Default mode runs without an approval request.
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("r", "reader", json!({}))]), {"text": "ok"}
+    ]}]}))
+    .tool(TestTool::new("reader").category(ToolCategory::Read))
+    .mode(weft_protocol::PermissionMode::Default);
+    let (_, events) = h.run().await;
+    assert!(!events.iter().any(|e| matches!(e, ServerEvent::ToolApprovalRequest { .. })));
+}

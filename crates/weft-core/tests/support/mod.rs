@@ -1,0 +1,192 @@
+//! Test harness: run a turn against the scripted provider and read its events back.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod tools;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use weft_core::{
+    AgentMemory, ChatMessage, EventSink, PermissionGate, Provider, ProviderError, ProviderRequest,
+    ProviderStream, RateCard, Tool, Toolbelt, TurnOutcome, TurnSpec,
+};
+use weft_protocol::{AgentConfig, PermissionMode, ServerEvent, ToolCallStatus};
+use weft_providers::ScriptedProvider;
+
+/// A provider wrapper that records every request it is sent.
+pub struct Recording {
+    pub inner: Arc<dyn Provider>,
+    pub requests: Mutex<Vec<ProviderRequest>>,
+}
+
+#[async_trait::async_trait]
+impl Provider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capabilities(&self, model: &str) -> weft_core::Capabilities {
+        self.inner.capabilities(model)
+    }
+    async fn stream(&self, request: ProviderRequest, cancel: CancellationToken) -> Result<ProviderStream, ProviderError> {
+        self.requests.lock().push(request.clone());
+        self.inner.stream(request, cancel).await
+    }
+}
+
+pub struct Harness {
+    pub provider: Arc<Recording>,
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub config: AgentConfig,
+    pub gate: PermissionGate,
+    pub cancel: CancellationToken,
+    pub memory: AgentMemory,
+    pub rate_card: RateCard,
+    pub user: String,
+    pub workspace: Option<std::path::PathBuf>,
+}
+
+impl Harness {
+    pub fn new(script: Value) -> Self {
+        let inner: Arc<dyn Provider> = Arc::new(ScriptedProvider::from_value(script).unwrap());
+        Harness {
+            provider: Arc::new(Recording { inner, requests: Mutex::new(Vec::new()) }),
+            tools: vec![Arc::new(weft_core::RunSubtaskTool)],
+            config: AgentConfig::default(),
+            gate: PermissionGate::new(PermissionMode::Auto),
+            cancel: CancellationToken::new(),
+            memory: AgentMemory::new(),
+            rate_card: RateCard::new(),
+            user: "go".to_owned(),
+            workspace: None,
+        }
+    }
+
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    pub fn config(mut self, f: impl FnOnce(&mut AgentConfig)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    pub fn mode(self, mode: PermissionMode) -> Self {
+        self.gate.set_mode(mode);
+        self
+    }
+
+    pub fn user(mut self, text: &str) -> Self {
+        self.user = text.to_owned();
+        self
+    }
+
+    pub fn spec(&self, events: EventSink) -> TurnSpec {
+        TurnSpec {
+            provider: self.provider.clone(),
+            model: "test-model".to_owned(),
+            system_prompt: "You are a test agent.".to_owned(),
+            history: vec![ChatMessage::user(self.user.as_str())],
+            toolbelt: Toolbelt::new(self.tools.clone()),
+            config: Arc::new(self.config.clone()),
+            gate: self.gate.clone(),
+            rate_card: Arc::new(self.rate_card.clone()),
+            events,
+            cancel: self.cancel.clone(),
+            memory: self.memory.clone(),
+            workspace_root: self.workspace.clone().map(|p| Arc::from(p.as_path())),
+        }
+    }
+
+    /// Run the turn to its end and return the outcome and every event emitted.
+    pub async fn run(&self) -> (TurnOutcome, Vec<ServerEvent>) {
+        let (sink, mut rx) = EventSink::channel();
+        let outcome = weft_core::run_classic_turn(self.spec(sink)).await;
+        let mut events = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            events.push(e);
+        }
+        (outcome, events)
+    }
+}
+
+/// A compact, stable line per event, for asserting whole sequences.
+pub fn line(event: &ServerEvent) -> String {
+    match event {
+        ServerEvent::Chunk { content, depth, parent_id, .. } => {
+            format!("chunk d{depth}{} {content:?}", parent(parent_id))
+        }
+        ServerEvent::ToolCallUpdate { tool_call_id, name, status: ToolCallStatus::Start, depth, parent_id, .. } => {
+            format!("start d{depth}{} {name}#{tool_call_id}", parent(parent_id))
+        }
+        ServerEvent::ToolCallUpdate {
+            tool_call_id, name, status: ToolCallStatus::End, depth, parent_id, is_error, ..
+        } => {
+            let err = if *is_error == Some(true) { " ERROR" } else { "" };
+            format!("end d{depth}{} {name}#{tool_call_id}{err}", parent(parent_id))
+        }
+        ServerEvent::ToolApprovalRequest { tool_call_id, name, .. } => format!("approval? {name}#{tool_call_id}"),
+        ServerEvent::ToolApprovalResolved { tool_call_id, decision } => format!("approval! {tool_call_id} {decision}"),
+        ServerEvent::BudgetExceeded { reason, limit, observed, ends_turn, .. } => format!(
+            "budget {} {}/{}{}",
+            reason.as_str(),
+            observed.0,
+            limit.0,
+            if *ends_turn { " END" } else { "" }
+        ),
+        ServerEvent::CostSummary { llm_calls, tool_calls, .. } => format!("cost llm={llm_calls} tools={tool_calls}"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn parent(p: &Option<String>) -> String {
+    p.as_ref().map(|p| format!(" <{p}>")).unwrap_or_default()
+}
+
+pub fn lines(events: &[ServerEvent]) -> Vec<String> {
+    events.iter().map(line).collect()
+}
+
+/// The `end` event's result text for a call id.
+pub fn result_of(events: &[ServerEvent], id: &str) -> (String, bool) {
+    events
+        .iter()
+        .find_map(|e| match e {
+            ServerEvent::ToolCallUpdate { tool_call_id, status: ToolCallStatus::End, result, is_error, .. }
+                if tool_call_id == id =>
+            {
+                Some((result.clone().unwrap_or_default(), is_error.unwrap_or(false)))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no end event for {id}"))
+}
+
+/// The metadata on the `end` event of a call.
+pub fn metadata_of(events: &[ServerEvent], id: &str) -> weft_protocol::ToolResultMetadata {
+    events
+        .iter()
+        .find_map(|e| match e {
+            ServerEvent::ToolCallUpdate { tool_call_id, status: ToolCallStatus::End, metadata, .. }
+                if tool_call_id == id =>
+            {
+                metadata.clone()
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no metadata for {id}"))
+}
+
+/// Every tool call in the history has exactly one result.
+pub fn assert_no_orphans(history: &[ChatMessage]) {
+    use weft_core::Role;
+    let calls: Vec<&str> =
+        history.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str())).collect();
+    let results: Vec<&str> =
+        history.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.as_deref()).collect();
+    for id in &calls {
+        assert_eq!(results.iter().filter(|r| *r == id).count(), 1, "call {id} must have exactly one result");
+    }
+}

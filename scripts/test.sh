@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run every test Weft has, from a clean checkout: starts what the tests need, then cargo test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# PostgreSQL: the store and server suites run against a real server (trust auth, database `test`).
+if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
+  echo "test.sh: starting PostgreSQL"
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+
+cargo test --workspace --locked "$@"
