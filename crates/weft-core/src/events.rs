@@ -53,10 +53,11 @@ impl EventSink {
         self.inner.tree.lock().snapshot()
     }
 
-    /// Audit records of every tool call emitted so far.
-    pub fn tool_call_records(&self) -> Vec<ToolCallRecord> {
-        self.inner.tree.lock().records()
+    /// Take the tree and the per-call records built so far (the turn is over).
+    pub fn take_tree(&self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
+        self.inner.tree.lock().take()
     }
+
 }
 
 impl std::fmt::Debug for EventSink {

@@ -41,7 +41,7 @@ impl Level {
         } else {
             spec.toolbelt.clone()
         };
-        let specs = toolbelt.specs(&turn.config.injected_tool_args).into();
+        let specs = toolbelt.specs(&turn.config.injected_tool_args);
         Level {
             depth: 0,
             parent_id: None,

@@ -94,8 +94,6 @@ impl CallAccount<'_> {
     fn close<T>(&mut self, error: Option<&str>, value: T) -> T {
         let cost = self.turn.rate_card.cost(&self.turn.model, self.usage);
         self.turn.record_model_call(ModelCallRecord {
-            provider: self.turn.provider.name().to_owned(),
-            model: self.turn.model.clone(),
             depth: self.level.depth,
             input_tokens: self.usage.input_tokens,
             output_tokens: self.usage.output_tokens,

@@ -48,7 +48,7 @@ async fn spawn(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &Value) ->
         toolbelt = toolbelt.without(prompts::RUN_SUBTASK);
     }
 
-    let mut specs = toolbelt.specs(&turn.config.injected_tool_args);
+    let mut specs = toolbelt.specs(&turn.config.injected_tool_args).to_vec();
     let output_schema = match output_schema {
         Some(schema) => {
             let validator = jsonschema::validator_for(&schema)

@@ -49,6 +49,8 @@ impl ToolPolicy {
 pub struct Toolbelt {
     entries: Arc<Vec<Arc<ToolEntry>>>,
     by_name: Arc<HashMap<String, usize>>,
+    /// Specs without injected args, built once.
+    specs: Arc<[ToolSpec]>,
 }
 
 pub(crate) struct ToolEntry {
@@ -92,7 +94,8 @@ impl Toolbelt {
 
     fn from_entries(entries: Vec<Arc<ToolEntry>>) -> Self {
         let by_name = entries.iter().enumerate().map(|(i, e)| (e.tool.name().to_owned(), i)).collect();
-        Toolbelt { entries: Arc::new(entries), by_name: Arc::new(by_name) }
+        let specs = entries.iter().map(|e| spec_of(e, &BTreeMap::new())).collect();
+        Toolbelt { entries: Arc::new(entries), by_name: Arc::new(by_name), specs }
     }
 
     pub(crate) fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
@@ -140,15 +143,19 @@ impl Toolbelt {
     }
 
     /// Tool specs for the model, each schema extended with the schema-only injected args.
-    pub fn specs(&self, injected: &BTreeMap<String, String>) -> Vec<ToolSpec> {
-        self.entries
-            .iter()
-            .map(|e| ToolSpec {
-                name: e.tool.name().to_owned(),
-                description: e.tool.description().to_owned(),
-                parameters: with_injected_args(&e.schema, injected),
-            })
-            .collect()
+    pub fn specs(&self, injected: &BTreeMap<String, String>) -> Arc<[ToolSpec]> {
+        if injected.is_empty() {
+            return self.specs.clone();
+        }
+        self.entries.iter().map(|e| spec_of(e, injected)).collect()
+    }
+}
+
+fn spec_of(entry: &ToolEntry, injected: &BTreeMap<String, String>) -> ToolSpec {
+    ToolSpec {
+        name: entry.tool.name().to_owned(),
+        description: entry.tool.description().to_owned(),
+        parameters: with_injected_args(&entry.schema, injected),
     }
 }
 

@@ -1,25 +1,30 @@
 //! Builds the persisted execution tree (seed 000 shape) and the per-call audit records from
 //! `tool_call_update` events.
 
-use std::collections::HashMap;
-use std::time::Instant;
-
 use weft_protocol::tree::preview;
-use weft_protocol::{ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, ToolCallStatus, ToolResultMetadata};
+use weft_protocol::{
+    ApprovalStatus, ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, ToolCallStatus, ToolResultStatus,
+};
 
-/// One tool call as recorded for the audit log: its tree node, depth and runtime metadata.
-#[derive(Debug, Clone, PartialEq)]
+/// The runtime record of one tool call (for the audit log), aligned by index with the tree's
+/// nodes. Kept compact: a turn holds one per call while it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ToolCallRecord {
-    pub node: ExecutionTreeNode,
     pub depth: u32,
-    /// `None` only for a call whose end was never emitted.
-    pub metadata: Option<ToolResultMetadata>,
+    /// `None` while the call runs, and for a call whose end was never emitted.
+    pub status: Option<ToolResultStatus>,
+    pub approval: ApprovalStatus,
+    /// Unix seconds.
+    pub started_at: f64,
+    pub execution_time_ms: f64,
 }
 
 #[derive(Debug, Default)]
 pub struct TreeBuilder {
+    /// Boxed while building: a turn holds these for its whole life, and a Vec of boxes
+    /// wastes far less on spare capacity than a Vec of 160-byte nodes.
+    nodes: Vec<Box<ExecutionTreeNode>>,
     records: Vec<ToolCallRecord>,
-    index: HashMap<String, (usize, Instant)>,
 }
 
 impl TreeBuilder {
@@ -38,44 +43,53 @@ impl TreeBuilder {
                     .and_then(|a| a.get("title"))
                     .and_then(|t| t.as_str())
                     .map(preview);
-                let args_preview = args.as_ref().map(|a| preview(&a.to_string()));
-                self.index.insert(tool_call_id.clone(), (self.records.len(), Instant::now()));
+                self.nodes.push(Box::new(ExecutionTreeNode {
+                    id: tool_call_id.clone(),
+                    parent_id: parent_id.clone(),
+                    name: name.clone(),
+                    title,
+                    args_preview: args.as_ref().map(|a| preview(&a.to_string())),
+                    result_preview: None,
+                    is_error: None,
+                    duration_ms: 0.0,
+                }));
                 self.records.push(ToolCallRecord {
-                    node: ExecutionTreeNode {
-                        id: tool_call_id.clone(),
-                        parent_id: parent_id.clone(),
-                        name: name.clone(),
-                        title,
-                        args_preview,
-                        result_preview: None,
-                        is_error: None,
-                        duration_ms: 0.0,
-                    },
                     depth: *depth,
-                    metadata: None,
+                    status: None,
+                    approval: ApprovalStatus::NotRequired,
+                    started_at: 0.0,
+                    execution_time_ms: 0.0,
                 });
             }
             ToolCallStatus::End => {
-                let Some((at, started)) = self.index.get(tool_call_id) else {
+                // Ends come soon after their starts: search from the newest.
+                let Some(at) = self.nodes.iter().rposition(|n| n.id == *tool_call_id) else {
                     return;
                 };
-                let record = &mut self.records[*at];
-                record.node.result_preview = result.as_deref().map(preview);
-                record.node.is_error = *is_error;
-                record.node.duration_ms = metadata
-                    .as_ref()
-                    .map(|m| m.execution_time_ms)
-                    .unwrap_or_else(|| started.elapsed().as_secs_f64() * 1000.0);
-                record.metadata = metadata.clone();
+                let node = &mut self.nodes[at];
+                node.result_preview = result.as_deref().map(preview);
+                node.is_error = *is_error;
+                if let Some(m) = metadata {
+                    node.duration_ms = m.execution_time_ms;
+                    let record = &mut self.records[at];
+                    record.status = Some(m.status);
+                    record.approval = m.approval_status;
+                    record.started_at = m.started_at;
+                    record.execution_time_ms = m.execution_time_ms;
+                }
             }
         }
     }
 
     pub fn snapshot(&self) -> ExecutionTreeSnapshot {
-        ExecutionTreeSnapshot { version: 1, nodes: self.records.iter().map(|r| r.node.clone()).collect() }
+        ExecutionTreeSnapshot { version: 1, nodes: self.nodes.iter().map(|n| (**n).clone()).collect() }
     }
 
-    pub fn records(&self) -> Vec<ToolCallRecord> {
-        self.records.clone()
+    /// Hand over the tree and the records, leaving the builder empty.
+    pub fn take(&mut self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
+        (
+            ExecutionTreeSnapshot { version: 1, nodes: std::mem::take(&mut self.nodes).into_iter().map(|n| *n).collect() },
+            std::mem::take(&mut self.records),
+        )
     }
 }

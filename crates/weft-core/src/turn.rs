@@ -52,11 +52,9 @@ pub enum TurnEnd {
     Failed(String),
 }
 
-/// One provider call, for accounting.
+/// One provider call, for accounting (provider and model are the turn's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelCallRecord {
-    pub provider: String,
-    pub model: String,
     pub depth: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -72,9 +70,12 @@ pub struct TurnOutcome {
     pub text: String,
     pub end: TurnEnd,
     pub tree: ExecutionTreeSnapshot,
-    pub totals: UsageTotals,
-    pub model_calls: Vec<ModelCallRecord>,
+    /// One record per tree node, same order.
     pub tool_calls: Vec<ToolCallRecord>,
+    pub totals: UsageTotals,
+    pub provider: String,
+    pub model: String,
+    pub model_calls: Vec<ModelCallRecord>,
     /// The root history after the turn: the input history plus every message the turn added.
     pub history: Vec<ChatMessage>,
 }
@@ -198,13 +199,16 @@ pub(crate) fn finish(turn: &Turn, end: TurnEnd, text: String, history: Vec<ChatM
         output_tokens: totals.output_tokens,
         cost_usd: totals.cost_usd,
     });
+    let (tree, tool_calls) = turn.events.take_tree();
     TurnOutcome {
         text,
         end,
-        tree: turn.events.tree(),
+        tree,
+        tool_calls,
         totals,
+        provider: turn.provider.name().to_owned(),
+        model: turn.model.clone(),
         model_calls: std::mem::take(&mut *turn.model_calls.lock()),
-        tool_calls: turn.events.tool_call_records(),
         history,
     }
 }

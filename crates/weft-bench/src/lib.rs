@@ -1,0 +1,60 @@
+//! Shared pieces of Weft's benchmark binaries: process memory readings and medians.
+
+/// Peak and current resident set size of this process, in KiB (from /proc/self/status).
+pub fn rss_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// The median of a non-empty list (the lower middle for an even count).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values.get((values.len().saturating_sub(1)) / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// A global allocator wrapper that tracks live and peak heap bytes, for per-turn heap figures.
+pub mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    pub struct Counting;
+
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+    static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+            // SAFETY: forwarded unchanged to the system allocator.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            // SAFETY: forwarded unchanged to the system allocator.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    /// Live heap bytes now.
+    pub fn live() -> usize {
+        LIVE.load(Ordering::Relaxed)
+    }
+
+    /// Restart peak tracking from the current live figure.
+    pub fn reset_peak() {
+        PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    pub fn peak() -> usize {
+        PEAK.load(Ordering::Relaxed)
+    }
+}
