@@ -17,7 +17,10 @@ pub fn rss_kib() -> (u64, u64) {
 /// The median of a non-empty list (the lower middle for an even count).
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
-    values.get((values.len().saturating_sub(1)) / 2).copied().unwrap_or(f64::NAN)
+    values
+        .get((values.len().saturating_sub(1)) / 2)
+        .copied()
+        .unwrap_or(f64::NAN)
 }
 
 /// A global allocator wrapper that tracks live and peak heap bytes, for per-turn heap figures.

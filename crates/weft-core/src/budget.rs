@@ -63,7 +63,11 @@ pub struct TurnBudget {
 }
 
 fn trip(reason: BudgetReason, limit: impl Into<f64>, observed: impl Into<f64>) -> BudgetTrip {
-    BudgetTrip { reason, limit: limit.into(), observed: observed.into() }
+    BudgetTrip {
+        reason,
+        limit: limit.into(),
+        observed: observed.into(),
+    }
 }
 
 fn lossy(n: u64) -> f64 {
@@ -115,7 +119,11 @@ impl TurnBudget {
     }
 
     pub fn take_tool_call(&self) -> Result<(), BudgetTrip> {
-        Self::take(&self.tool_calls, self.max_tool_calls, BudgetReason::ToolCalls)
+        Self::take(
+            &self.tool_calls,
+            self.max_tool_calls,
+            BudgetReason::ToolCalls,
+        )
     }
 
     pub fn take_subtask(&self) -> Result<(), BudgetTrip> {
@@ -153,8 +161,10 @@ impl TurnBudget {
 
     /// Record a provider call's usage and cost; trips when a cap is now passed.
     pub fn record_usage(&self, usage: Usage, cost_usd: f64) -> Result<(), BudgetTrip> {
-        self.input_tokens.fetch_add(usage.input_tokens, Ordering::Relaxed);
-        self.output_tokens.fetch_add(usage.output_tokens, Ordering::Relaxed);
+        self.input_tokens
+            .fetch_add(usage.input_tokens, Ordering::Relaxed);
+        self.output_tokens
+            .fetch_add(usage.output_tokens, Ordering::Relaxed);
         let nanos = (cost_usd.max(0.0) * NANOS_PER_USD).round() as u64;
         self.cost_nano_usd.fetch_add(nanos, Ordering::Relaxed);
         self.check_spend()
@@ -164,15 +174,25 @@ impl TurnBudget {
     pub fn record_result_bytes(&self, bytes: usize) -> Result<(), BudgetTrip> {
         let observed = self.result_bytes.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
         if observed > self.max_result_bytes {
-            return Err(trip(BudgetReason::Bytes, lossy(self.max_result_bytes), lossy(observed)));
+            return Err(trip(
+                BudgetReason::Bytes,
+                lossy(self.max_result_bytes),
+                lossy(observed),
+            ));
         }
         Ok(())
     }
 
     pub fn totals(&self) -> UsageTotals {
         UsageTotals {
-            llm_calls: self.llm_calls.load(Ordering::Relaxed).min(self.max_llm_calls),
-            tool_calls: self.tool_calls.load(Ordering::Relaxed).min(self.max_tool_calls),
+            llm_calls: self
+                .llm_calls
+                .load(Ordering::Relaxed)
+                .min(self.max_llm_calls),
+            tool_calls: self
+                .tool_calls
+                .load(Ordering::Relaxed)
+                .min(self.max_tool_calls),
             subtasks: self.subtasks.load(Ordering::Relaxed).min(self.max_subtasks),
             input_tokens: self.input_tokens.load(Ordering::Relaxed),
             output_tokens: self.output_tokens.load(Ordering::Relaxed),

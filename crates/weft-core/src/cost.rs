@@ -44,7 +44,13 @@ impl RateCard {
             ("claude-3-5-haiku", 0.80, 4.00),
             ("claude-haiku-4", 1.00, 5.00),
         ] {
-            card.set(model, ModelRate { input_per_mtok: input, output_per_mtok: output });
+            card.set(
+                model,
+                ModelRate {
+                    input_per_mtok: input,
+                    output_per_mtok: output,
+                },
+            );
         }
         card
     }
@@ -73,7 +79,8 @@ impl RateCard {
 
     pub fn cost(&self, model: &str, usage: Usage) -> f64 {
         self.rate(model).map_or(0.0, |r| {
-            (usage.input_tokens as f64 * r.input_per_mtok + usage.output_tokens as f64 * r.output_per_mtok)
+            (usage.input_tokens as f64 * r.input_per_mtok
+                + usage.output_tokens as f64 * r.output_per_mtok)
                 / 1_000_000.0
         })
     }
@@ -86,7 +93,10 @@ mod tests {
     #[test]
     fn longest_prefix_wins() {
         let card = RateCard::with_common_models();
-        let usage = Usage { input_tokens: 1_000_000, output_tokens: 0 };
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 0,
+        };
         assert_eq!(card.cost("gpt-4o-mini-2024-07-18", usage), 0.15);
         assert_eq!(card.cost("gpt-4o-2024-08-06", usage), 2.50);
         assert_eq!(card.cost("unknown-model", usage), 0.0);

@@ -10,8 +10,8 @@ use futures::future::join_all;
 use futures::FutureExt;
 use serde_json::{Map, Value};
 use weft_protocol::{
-    ApprovalDecision, ApprovalStatus, ServerEvent, ToolCallStatus, ToolParallelism, ToolResultMetadata,
-    ToolResultStatus,
+    ApprovalDecision, ApprovalStatus, ServerEvent, ToolCallStatus, ToolParallelism,
+    ToolResultMetadata, ToolResultStatus,
 };
 
 use crate::gate::GateDecision;
@@ -53,7 +53,10 @@ enum Action {
     Refuse(String),
     Finish(Result<Value, String>),
     Subtask(Value),
-    Tool { entry: Arc<ToolEntry>, args: Value },
+    Tool {
+        entry: Arc<ToolEntry>,
+        args: Value,
+    },
 }
 
 struct Planned<'a> {
@@ -84,13 +87,17 @@ pub(crate) async fn dispatch(
     calls: &[ToolCallRequest],
     guard: &mut RepetitionGuard,
 ) -> Vec<CallResult> {
-    let planned: Vec<Planned<'_>> = calls.iter().map(|call| preflight(turn, level, call, guard)).collect();
+    let planned: Vec<Planned<'_>> = calls
+        .iter()
+        .map(|call| preflight(turn, level, call, guard))
+        .collect();
 
     let mut concurrent = Vec::new();
     let mut serial = Vec::new();
     let mut working = 0usize;
     for (i, p) in planned.iter().enumerate() {
-        let parallel = turn.config.tool_parallelism == ToolParallelism::Parallel && p.runs_concurrently();
+        let parallel =
+            turn.config.tool_parallelism == ToolParallelism::Parallel && p.runs_concurrently();
         let fits = !p.does_work() || working < turn.config.max_parallel_per_turn;
         if parallel && fits {
             working += usize::from(p.does_work());
@@ -101,7 +108,12 @@ pub(crate) async fn dispatch(
     }
 
     let mut results: Vec<Option<CallResult>> = (0..planned.len()).map(|_| None).collect();
-    let batch = join_all(concurrent.iter().map(|&i| execute(turn, level, &planned[i]))).await;
+    let batch = join_all(
+        concurrent
+            .iter()
+            .map(|&i| execute(turn, level, &planned[i])),
+    )
+    .await;
     for (i, result) in concurrent.into_iter().zip(batch) {
         results[i] = Some(result);
     }
@@ -111,21 +123,39 @@ pub(crate) async fn dispatch(
     results.into_iter().flatten().collect()
 }
 
-fn preflight<'a>(turn: &Turn, level: &Level, call: &'a ToolCallRequest, guard: &mut RepetitionGuard) -> Planned<'a> {
+fn preflight<'a>(
+    turn: &Turn,
+    level: &Level,
+    call: &'a ToolCallRequest,
+    guard: &mut RepetitionGuard,
+) -> Planned<'a> {
     let parsed = parse_arguments(&call.arguments);
     let shown_args = match &parsed {
         Ok(map) => Value::Object(map.clone()),
         Err(_) => Value::String(call.arguments.clone()),
     };
-    let planned = |action, injected| Planned { call, shown_args: shown_args.clone(), injected, action };
+    let planned = |action, injected| Planned {
+        call,
+        shown_args: shown_args.clone(),
+        injected,
+        action,
+    };
     let name = call.name.as_str();
 
     if name == prompts::FINISH_SUBTASK {
         if let Some(schema) = &level.output_schema {
             let verdict = parsed.and_then(|map| {
                 let payload = Value::Object(map);
-                let errors: Vec<String> = schema.validator.iter_errors(&payload).map(|e| e.to_string()).collect();
-                if errors.is_empty() { Ok(payload) } else { Err(errors.join("; ")) }
+                let errors: Vec<String> = schema
+                    .validator
+                    .iter_errors(&payload)
+                    .map(|e| e.to_string())
+                    .collect();
+                if errors.is_empty() {
+                    Ok(payload)
+                } else {
+                    Err(errors.join("; "))
+                }
             });
             return planned(Action::Finish(verdict), Map::new());
         }
@@ -137,14 +167,20 @@ fn preflight<'a>(turn: &Turn, level: &Level, call: &'a ToolCallRequest, guard: &
             observed: f64::from(level.depth + 1),
         };
         turn.emit_budget_exceeded(&trip, false, level.parent_id.clone(), level.depth);
-        return planned(Action::Refuse(prompts::depth_limit(turn.config.max_depth)), Map::new());
+        return planned(
+            Action::Refuse(prompts::depth_limit(turn.config.max_depth)),
+            Map::new(),
+        );
     }
     let Some(entry) = level.toolbelt.entry(name) else {
         let mut available = level.toolbelt.names();
         if level.output_schema.is_some() {
             available.push(prompts::FINISH_SUBTASK);
         }
-        return planned(Action::Refuse(prompts::unknown_tool(name, &available)), Map::new());
+        return planned(
+            Action::Refuse(prompts::unknown_tool(name, &available)),
+            Map::new(),
+        );
     };
     let prepared = match prepare_args(
         &call.arguments,
@@ -154,15 +190,26 @@ fn preflight<'a>(turn: &Turn, level: &Level, call: &'a ToolCallRequest, guard: &
         &turn.config.injected_tool_args,
     ) {
         Ok(prepared) => prepared,
-        Err(detail) => return planned(Action::Refuse(prompts::invalid_arguments(name, &detail)), Map::new()),
+        Err(detail) => {
+            return planned(
+                Action::Refuse(prompts::invalid_arguments(name, &detail)),
+                Map::new(),
+            )
+        }
     };
     if guard.is_runaway(name, &prepared.args.to_string()) {
-        return planned(Action::Refuse(prompts::REPETITION_RESULT.to_owned()), prepared.injected);
+        return planned(
+            Action::Refuse(prompts::REPETITION_RESULT.to_owned()),
+            prepared.injected,
+        );
     }
     let action = if name == prompts::RUN_SUBTASK {
         Action::Subtask(prepared.args)
     } else {
-        Action::Tool { entry: entry.clone(), args: prepared.args }
+        Action::Tool {
+            entry: entry.clone(),
+            args: prepared.args,
+        }
     };
     planned(action, prepared.injected)
 }
@@ -177,11 +224,21 @@ struct Settled {
 
 impl Settled {
     fn ok(content: String) -> Self {
-        Settled { content, status: ToolResultStatus::Success, approval: ApprovalStatus::NotRequired, effect: Effect::None }
+        Settled {
+            content,
+            status: ToolResultStatus::Success,
+            approval: ApprovalStatus::NotRequired,
+            effect: Effect::None,
+        }
     }
 
     fn error(content: String) -> Self {
-        Settled { content, status: ToolResultStatus::Error, approval: ApprovalStatus::NotRequired, effect: Effect::None }
+        Settled {
+            content,
+            status: ToolResultStatus::Error,
+            approval: ApprovalStatus::NotRequired,
+            effect: Effect::None,
+        }
     }
 
     fn with_approval(mut self, approval: ApprovalStatus) -> Self {
@@ -254,7 +311,7 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
         is_error: Some(is_error),
         parent_id: level.parent_id.clone(),
         depth: level.depth,
-        metadata: Some(metadata),
+        metadata: Some(Box::new(metadata)),
     });
     CallResult {
         id: call.id.clone(),
@@ -278,13 +335,22 @@ fn take_tool_call(turn: &Turn) -> Option<Settled> {
 }
 
 /// The permission gate, then the budget, then the tool itself.
-async fn run_gated(turn: &Arc<Turn>, level: &Level, call: &ToolCallRequest, entry: &ToolEntry, args: Value) -> Settled {
+async fn run_gated(
+    turn: &Arc<Turn>,
+    level: &Level,
+    call: &ToolCallRequest,
+    entry: &ToolEntry,
+    args: Value,
+) -> Settled {
     let tool = &entry.tool;
     let hitl = turn.hitl.contains(tool.name());
     let approval = match turn.gate.decide(tool.name(), tool.category(), hitl) {
         GateDecision::Run => ApprovalStatus::NotRequired,
         GateDecision::Block => {
-            return Settled { status: ToolResultStatus::Rejected, ..Settled::error(prompts::plan_mode_refusal(tool.name())) }
+            return Settled {
+                status: ToolResultStatus::Rejected,
+                ..Settled::error(prompts::plan_mode_refusal(tool.name()))
+            }
         }
         GateDecision::Ask => match ask(turn, level, call, entry, &args, hitl).await {
             Ok(approval) => approval,
@@ -294,7 +360,9 @@ async fn run_gated(turn: &Arc<Turn>, level: &Level, call: &ToolCallRequest, entr
     if let Some(stop) = take_tool_call(turn) {
         return stop.with_approval(approval);
     }
-    run_tool(turn, level, call, entry, args).await.with_approval(approval)
+    run_tool(turn, level, call, entry, args)
+        .await
+        .with_approval(approval)
 }
 
 /// Ask the user; `Ok` carries the approval, `Err` the settled refusal.
@@ -317,7 +385,10 @@ async fn ask(
         parent_id: level.parent_id.clone(),
         depth: level.depth,
     });
-    let timeout = turn.config.approval_timeout_ms.map(std::time::Duration::from_millis);
+    let timeout = turn
+        .config
+        .approval_timeout_ms
+        .map(std::time::Duration::from_millis);
     let waited = tokio::select! {
         biased;
         () = turn.cancel.cancelled() => None,
@@ -334,23 +405,32 @@ async fn ask(
         None => {
             turn.gate.withdraw(&call.id);
             resolved("cancelled");
-            Err(Settled::error(prompts::CANCELLED_RESULT.to_owned()).with_approval(ApprovalStatus::Rejected))
+            Err(Settled::error(prompts::CANCELLED_RESULT.to_owned())
+                .with_approval(ApprovalStatus::Rejected))
         }
         Some(None) => {
             turn.gate.withdraw(&call.id);
             resolved("timed_out");
             Err(Settled {
                 status: ToolResultStatus::TimedOut,
-                ..Settled::error(prompts::approval_timed_out(name)).with_approval(ApprovalStatus::TimedOut)
+                ..Settled::error(prompts::approval_timed_out(name))
+                    .with_approval(ApprovalStatus::TimedOut)
             })
         }
         Some(Some(ApprovalDecision::Deny)) => {
             resolved("deny");
-            Err(Settled { status: ToolResultStatus::Rejected, ..Settled::error(prompts::denied(name)) }
-                .with_approval(ApprovalStatus::Rejected))
+            Err(Settled {
+                status: ToolResultStatus::Rejected,
+                ..Settled::error(prompts::denied(name))
+            }
+            .with_approval(ApprovalStatus::Rejected))
         }
         Some(Some(decision)) => {
-            resolved(if decision == ApprovalDecision::AllowForChat { "allow_for_chat" } else { "allow" });
+            resolved(if decision == ApprovalDecision::AllowForChat {
+                "allow_for_chat"
+            } else {
+                "allow"
+            });
             Ok(ApprovalStatus::Approved)
         }
     }
@@ -364,7 +444,13 @@ async fn sleep_or_forever(timeout: Option<std::time::Duration>) {
 }
 
 /// Run the tool under its exclusive lock (if any), racing cancellation; panics become errors.
-async fn run_tool(turn: &Turn, level: &Level, call: &ToolCallRequest, entry: &ToolEntry, args: Value) -> Settled {
+async fn run_tool(
+    turn: &Turn,
+    level: &Level,
+    call: &ToolCallRequest,
+    entry: &ToolEntry,
+    args: Value,
+) -> Settled {
     let tool = &entry.tool;
     let _lock = match tool.exclusive_lock() {
         Some(name) => {
@@ -387,18 +473,22 @@ async fn run_tool(turn: &Turn, level: &Level, call: &ToolCallRequest, entry: &To
         memory: turn.memory.clone(),
     };
     let running = AssertUnwindSafe(tool.call(args, &ctx)).catch_unwind();
+    // The tool is polled first; cancellation only registers a waiter while it is pending.
     tokio::select! {
         biased;
-        () = turn.cancel.cancelled() => Settled::error(prompts::CANCELLED_RESULT.to_owned()),
         outcome = running => match outcome {
             Ok(Ok(text)) => Settled::ok(text),
             Ok(Err(ToolError::Model(message))) => Settled::error(message),
             Ok(Err(ToolError::Fatal(message))) => Settled { effect: Effect::Fatal(message.clone()), ..Settled::error(message) },
             Err(_panic) => Settled::error(prompts::tool_panicked(tool.name())),
         },
+        () = turn.cancel.cancelled() => Settled::error(prompts::CANCELLED_RESULT.to_owned()),
     }
 }
 
 fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }

@@ -37,7 +37,12 @@ impl EventSink {
     }
 
     fn build(tx: Option<mpsc::UnboundedSender<ServerEvent>>) -> Self {
-        EventSink { inner: Arc::new(SinkInner { tx, tree: Mutex::new(TreeBuilder::default()) }) }
+        EventSink {
+            inner: Arc::new(SinkInner {
+                tx,
+                tree: Mutex::new(TreeBuilder::default()),
+            }),
+        }
     }
 
     pub fn emit(&self, event: ServerEvent) {
@@ -57,7 +62,6 @@ impl EventSink {
     pub fn take_tree(&self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
         self.inner.tree.lock().take()
     }
-
 }
 
 impl std::fmt::Debug for EventSink {

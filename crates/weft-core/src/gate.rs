@@ -17,7 +17,12 @@ pub enum GateDecision {
 
 /// The decision table (seed 001), with `hitl_tools` (seed 004) asking in every mode but Plan,
 /// where non-read tools never run.
-pub fn decide(mode: PermissionMode, category: ToolCategory, allowed_for_chat: bool, hitl: bool) -> GateDecision {
+pub fn decide(
+    mode: PermissionMode,
+    category: ToolCategory,
+    allowed_for_chat: bool,
+    hitl: bool,
+) -> GateDecision {
     let read = category == ToolCategory::Read;
     match mode {
         PermissionMode::Plan if !read => GateDecision::Block,
@@ -75,8 +80,11 @@ impl PermissionGate {
         if mode == PermissionMode::Auto {
             let released: Vec<Pending> = {
                 let mut pending = self.inner.pending.lock();
-                let ids: Vec<String> =
-                    pending.iter().filter(|(_, p)| !p.hitl).map(|(id, _)| id.clone()).collect();
+                let ids: Vec<String> = pending
+                    .iter()
+                    .filter(|(_, p)| !p.hitl)
+                    .map(|(id, _)| id.clone())
+                    .collect();
                 ids.iter().filter_map(|id| pending.remove(id)).collect()
             };
             for p in released {
@@ -90,19 +98,36 @@ impl PermissionGate {
     }
 
     pub fn allow_for_chat(&self, tool_name: &str) {
-        self.inner.allowed_for_chat.lock().insert(tool_name.to_owned());
+        self.inner
+            .allowed_for_chat
+            .lock()
+            .insert(tool_name.to_owned());
     }
 
     pub fn decide(&self, tool_name: &str, category: ToolCategory, hitl: bool) -> GateDecision {
-        decide(self.mode(), category, self.is_allowed_for_chat(tool_name), hitl)
+        decide(
+            self.mode(),
+            category,
+            self.is_allowed_for_chat(tool_name),
+            hitl,
+        )
     }
 
     /// Register a pending approval; the receiver resolves when the user answers.
-    pub fn request(&self, tool_call_id: &str, tool_name: &str, hitl: bool) -> oneshot::Receiver<ApprovalDecision> {
+    pub fn request(
+        &self,
+        tool_call_id: &str,
+        tool_name: &str,
+        hitl: bool,
+    ) -> oneshot::Receiver<ApprovalDecision> {
         let (tx, rx) = oneshot::channel();
         self.inner.pending.lock().insert(
             tool_call_id.to_owned(),
-            Pending { tool_name: tool_name.to_owned(), hitl, reply: tx },
+            Pending {
+                tool_name: tool_name.to_owned(),
+                hitl,
+                reply: tx,
+            },
         );
         rx
     }
@@ -130,7 +155,10 @@ impl PermissionGate {
             .pending
             .lock()
             .iter()
-            .map(|(id, p)| PendingApproval { tool_call_id: id.clone(), tool_name: p.tool_name.clone() })
+            .map(|(id, p)| PendingApproval {
+                tool_call_id: id.clone(),
+                tool_name: p.tool_name.clone(),
+            })
             .collect()
     }
 
@@ -142,6 +170,8 @@ impl PermissionGate {
 
 impl std::fmt::Debug for PermissionGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PermissionGate").field("mode", &self.mode()).finish_non_exhaustive()
+        f.debug_struct("PermissionGate")
+            .field("mode", &self.mode())
+            .finish_non_exhaustive()
     }
 }

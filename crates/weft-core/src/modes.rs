@@ -48,7 +48,9 @@ pub struct ModeRegistry {
 
 impl Default for ModeRegistry {
     fn default() -> Self {
-        let mut registry = ModeRegistry { modes: BTreeMap::new() };
+        let mut registry = ModeRegistry {
+            modes: BTreeMap::new(),
+        };
         registry.register(Arc::new(ClassicMode));
         registry
     }

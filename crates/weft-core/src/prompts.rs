@@ -19,7 +19,8 @@ pub const SUBTASK_DELEGATION_LINE: &str = "For work that splits into independent
 run_subtask once per part in the same response; they run concurrently. Siblings spawned together cannot \
 read each other's results: if one part depends on another, sequence them across responses.";
 
-pub const SUBTASK_PROMPT_BASE: &str = "You are a sub-agent working on one subtask. Do exactly what \
+pub const SUBTASK_PROMPT_BASE: &str =
+    "You are a sub-agent working on one subtask. Do exactly what \
 the instructions ask, using your tools if needed, and reply with the result.";
 
 pub const SUBTASK_SCHEMA_LINE: &str = "You must end this subtask by calling finish_subtask with \
@@ -38,12 +39,18 @@ or answer with what you have).";
 
 pub fn mode_line(mode: PermissionMode) -> &'static str {
     match mode {
-        PermissionMode::Plan => "Permission mode: PLAN. Only read tools run. Do not call write, execute or \
-external tools; instead propose a step-by-step plan of what you would do.",
-        PermissionMode::Default => "Permission mode: DEFAULT. Read tools run at once; write, execute and \
-external tools ask the user for approval first, and a denial is final for that call.",
-        PermissionMode::Auto => "Permission mode: AUTO. Tools run without asking (except tools that always \
-require approval).",
+        PermissionMode::Plan => {
+            "Permission mode: PLAN. Only read tools run. Do not call write, execute or \
+external tools; instead propose a step-by-step plan of what you would do."
+        }
+        PermissionMode::Default => {
+            "Permission mode: DEFAULT. Read tools run at once; write, execute and \
+external tools ask the user for approval first, and a denial is final for that call."
+        }
+        PermissionMode::Auto => {
+            "Permission mode: AUTO. Tools run without asking (except tools that always \
+require approval)."
+        }
     }
 }
 
@@ -63,7 +70,10 @@ pub fn approval_timed_out(tool: &str) -> String {
 }
 
 pub fn unknown_tool(name: &str, available: &[&str]) -> String {
-    format!("error: unknown tool `{name}`. Available tools: {}.", available.join(", "))
+    format!(
+        "error: unknown tool `{name}`. Available tools: {}.",
+        available.join(", ")
+    )
 }
 
 pub fn invalid_arguments(name: &str, detail: &str) -> String {
@@ -87,7 +97,9 @@ pub fn subtask_tools_unavailable(missing: &[String], available: &[&str]) -> Stri
 }
 
 pub fn iteration_limit(max: u32) -> String {
-    format!("error: iteration limit reached ({max} model calls at this level) without a final answer.")
+    format!(
+        "error: iteration limit reached ({max} model calls at this level) without a final answer."
+    )
 }
 
 pub fn schema_invalid(detail: &str) -> String {

@@ -20,7 +20,10 @@ pub struct Capabilities {
 
 impl Default for Capabilities {
     fn default() -> Self {
-        Capabilities { tools: true, parallel_tool_calls: true }
+        Capabilities {
+            tools: true,
+            parallel_tool_calls: true,
+        }
     }
 }
 

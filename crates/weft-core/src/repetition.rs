@@ -10,12 +10,19 @@ pub(crate) struct RepetitionGuard {
 
 impl RepetitionGuard {
     pub fn new(max_identical: u32) -> Self {
-        RepetitionGuard { max_identical, last: None, count: 0 }
+        RepetitionGuard {
+            max_identical,
+            last: None,
+            count: 0,
+        }
     }
 
     /// Record a call; true when it is the `max_identical`-th identical call in a row (or later).
     pub fn is_runaway(&mut self, name: &str, canonical_args: &str) -> bool {
-        let same = self.last.as_ref().is_some_and(|(n, a)| n == name && a == canonical_args);
+        let same = self
+            .last
+            .as_ref()
+            .is_some_and(|(n, a)| n == name && a == canonical_args);
         if same {
             self.count += 1;
         } else {

@@ -77,18 +77,31 @@ pub(crate) struct LevelResult {
 }
 
 /// Run the loop at one level. Boxed because subtasks recurse into it.
-pub(crate) fn run_level(turn: Arc<Turn>, level: Level, history: Vec<ChatMessage>) -> BoxFuture<'static, LevelResult> {
+pub(crate) fn run_level(
+    turn: Arc<Turn>,
+    level: Level,
+    history: Vec<ChatMessage>,
+) -> BoxFuture<'static, LevelResult> {
     async move {
         let mut history = Arc::new(history);
         let mut all_text = String::new();
         let end = drive(&turn, &level, &mut history, &mut all_text).await;
         let history = Arc::try_unwrap(history).unwrap_or_else(|shared| (*shared).clone());
-        LevelResult { end, all_text, history }
+        LevelResult {
+            end,
+            all_text,
+            history,
+        }
     }
     .boxed()
 }
 
-async fn drive(turn: &Arc<Turn>, level: &Level, history: &mut Arc<Vec<ChatMessage>>, all_text: &mut String) -> LevelEnd {
+async fn drive(
+    turn: &Arc<Turn>,
+    level: &Level,
+    history: &mut Arc<Vec<ChatMessage>>,
+    all_text: &mut String,
+) -> LevelEnd {
     let config = turn.config.clone();
     let mut guard = RepetitionGuard::new(config.max_identical_calls);
     let mut schema_failures = 0u32;
@@ -146,7 +159,11 @@ async fn drive(turn: &Arc<Turn>, level: &Level, history: &mut Arc<Vec<ChatMessag
         }
         let history = Arc::make_mut(history);
         for result in results {
-            history.push(ChatMessage::tool_result(result.id, result.content, result.is_error));
+            history.push(ChatMessage::tool_result(
+                result.id,
+                result.content,
+                result.is_error,
+            ));
         }
         if let Some(payload) = finished {
             return LevelEnd::Structured(payload);
@@ -161,14 +178,21 @@ async fn drive(turn: &Arc<Turn>, level: &Level, history: &mut Arc<Vec<ChatMessag
 /// At the root an iteration-limit trip ends the turn; in a subtask it is that subtask's error.
 fn iteration_limit(turn: &Turn, level: &Level, observed: u32) -> LevelEnd {
     let max = turn.config.max_iterations_per_level;
-    let trip = BudgetTrip { reason: BudgetReason::Iterations, limit: f64::from(max), observed: f64::from(observed) };
+    let trip = BudgetTrip {
+        reason: BudgetReason::Iterations,
+        limit: f64::from(max),
+        observed: f64::from(observed),
+    };
     if level.is_root() {
         turn.trip(trip);
         return LevelEnd::Stopped;
     }
     turn.emit_budget_exceeded(&trip, false, level.parent_id.clone(), level.depth);
     if level.output_schema.is_some() {
-        return LevelEnd::Failed(schema_not_satisfied("finish_subtask was never called with a valid payload", 0));
+        return LevelEnd::Failed(schema_not_satisfied(
+            "finish_subtask was never called with a valid payload",
+            0,
+        ));
     }
     LevelEnd::Failed(prompts::iteration_limit(max))
 }

@@ -34,32 +34,54 @@ pub(crate) async fn sample(
         turn.trip(trip);
         return Err(SampleError::Stopped);
     }
-    let tools: Arc<[ToolSpec]> = if turn.capabilities.tools { level.specs.clone() } else { Arc::from([]) };
-    let request = ProviderRequest { model: turn.model.clone(), system: level.system.clone(), messages, tools };
+    let tools: Arc<[ToolSpec]> = if turn.capabilities.tools {
+        level.specs.clone()
+    } else {
+        Arc::from([])
+    };
+    let request = ProviderRequest {
+        model: turn.model.clone(),
+        system: level.system.clone(),
+        messages,
+        tools,
+    };
     let started = Instant::now();
-    let mut call = CallAccount { turn, level, started, usage: Usage::default() };
+    let mut call = CallAccount {
+        turn,
+        level,
+        started,
+        usage: Usage::default(),
+    };
 
+    // The work is polled first: cancellation only registers a waiter when the work is pending.
     let opened = tokio::select! {
         biased;
-        () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
         opened = turn.provider.stream(request, turn.cancel.clone()) => opened,
+        () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
     };
     let mut stream = match opened {
         Ok(stream) => stream,
-        Err(e) => return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string()))),
+        Err(e) => {
+            return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string())))
+        }
     };
 
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     loop {
+        if turn.is_stopped() {
+            return Err(call.close(Some("cancelled"), SampleError::Stopped));
+        }
         let next = tokio::select! {
             biased;
-            () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
             next = stream.next() => next,
+            () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
         };
         match next {
             None => break,
-            Some(Err(e)) => return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string()))),
+            Some(Err(e)) => {
+                return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string())))
+            }
             Some(Ok(ProviderEvent::TextDelta(delta))) => {
                 if delta.is_empty() {
                     continue;

@@ -13,7 +13,12 @@ use crate::turn::Turn;
 
 /// Run one subtask to its end. `Ok` is its result; `Err` its error result. Either way the
 /// result is written to shared memory as `task:<id>`.
-pub(crate) async fn run(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &Value) -> Result<String, String> {
+pub(crate) async fn run(
+    turn: &Arc<Turn>,
+    parent: &Level,
+    call_id: &str,
+    args: &Value,
+) -> Result<String, String> {
     let result = spawn(turn, parent, call_id, args).await;
     let text = match &result {
         Ok(text) | Err(text) => text.clone(),
@@ -22,12 +27,25 @@ pub(crate) async fn run(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &
     result
 }
 
-async fn spawn(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &Value) -> Result<String, String> {
-    let instructions = args.get("instructions").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let requested_tools: Option<Vec<String>> = args
-        .get("tools")
-        .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect());
+async fn spawn(
+    turn: &Arc<Turn>,
+    parent: &Level,
+    call_id: &str,
+    args: &Value,
+) -> Result<String, String> {
+    let instructions = args
+        .get("instructions")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let requested_tools: Option<Vec<String>> =
+        args.get("tools").and_then(Value::as_array).map(|names| {
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        });
     let output_schema = args.get("output_schema").filter(|s| !s.is_null()).cloned();
 
     if let Err(trip) = turn.budget.take_subtask() {
@@ -36,10 +54,9 @@ async fn spawn(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &Value) ->
     }
 
     let mut toolbelt = match &requested_tools {
-        Some(names) => parent
-            .toolbelt
-            .narrow(names)
-            .map_err(|missing| prompts::subtask_tools_unavailable(&missing, &parent.toolbelt.names()))?,
+        Some(names) => parent.toolbelt.narrow(names).map_err(|missing| {
+            prompts::subtask_tools_unavailable(&missing, &parent.toolbelt.names())
+        })?,
         None => parent.toolbelt.clone(),
     };
     let depth = parent.depth + 1;
@@ -62,7 +79,8 @@ async fn spawn(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &Value) ->
         }
         None => None,
     };
-    let system = prompts::subtask_system_prompt(turn.gate.mode(), can_delegate, output_schema.is_some());
+    let system =
+        prompts::subtask_system_prompt(turn.gate.mode(), can_delegate, output_schema.is_some());
     let level = Level {
         depth,
         parent_id: Some(call_id.to_owned()),
@@ -72,7 +90,12 @@ async fn spawn(turn: &Arc<Turn>, parent: &Level, call_id: &str, args: &Value) ->
         output_schema,
     };
 
-    let result = run_level(turn.clone(), level, vec![ChatMessage::user(instructions.as_str())]).await;
+    let result = run_level(
+        turn.clone(),
+        level,
+        vec![ChatMessage::user(instructions.as_str())],
+    )
+    .await;
     match result.end {
         LevelEnd::Answer(text) => Ok(text),
         LevelEnd::Structured(payload) => Ok(payload.to_string()),

@@ -36,7 +36,12 @@ impl ToolPolicy {
         if matches!(context, ChatContext::Editor { .. }) {
             classes.insert(PolicyClass::EditorMutate);
         }
-        ToolPolicy { classes, workspace_root, allow_private_network: false, allowed_mcp_servers: Vec::new() }
+        ToolPolicy {
+            classes,
+            workspace_root,
+            allow_private_network: false,
+            allowed_mcp_servers: Vec::new(),
+        }
     }
 
     pub fn allows(&self, class: PolicyClass) -> bool {
@@ -61,7 +66,11 @@ pub(crate) struct ToolEntry {
 }
 
 /// Compose a session's toolbelt: registered tools the policy allows and the context unlocks.
-pub fn compose_toolbelt(registered: &[Arc<dyn Tool>], policy: &ToolPolicy, context: &ChatContext) -> Toolbelt {
+pub fn compose_toolbelt(
+    registered: &[Arc<dyn Tool>],
+    policy: &ToolPolicy,
+    context: &ChatContext,
+) -> Toolbelt {
     let in_editor = matches!(context, ChatContext::Editor { .. });
     Toolbelt::new(
         registered
@@ -93,9 +102,20 @@ impl Toolbelt {
     }
 
     fn from_entries(entries: Vec<Arc<ToolEntry>>) -> Self {
-        let by_name = entries.iter().enumerate().map(|(i, e)| (e.tool.name().to_owned(), i)).collect();
-        let specs = entries.iter().map(|e| spec_of(e, &BTreeMap::new())).collect();
-        Toolbelt { entries: Arc::new(entries), by_name: Arc::new(by_name), specs }
+        let by_name = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.tool.name().to_owned(), i))
+            .collect();
+        let specs = entries
+            .iter()
+            .map(|e| spec_of(e, &BTreeMap::new()))
+            .collect();
+        Toolbelt {
+            entries: Arc::new(entries),
+            by_name: Arc::new(by_name),
+            specs,
+        }
     }
 
     pub(crate) fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
@@ -124,13 +144,21 @@ impl Toolbelt {
 
     /// A toolbelt with only `names`, which must all be in this one: a child can only narrow.
     pub fn narrow(&self, names: &[String]) -> Result<Toolbelt, Vec<String>> {
-        let missing: Vec<String> = names.iter().filter(|n| !self.contains(n)).cloned().collect();
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| !self.contains(n))
+            .cloned()
+            .collect();
         if !missing.is_empty() {
             return Err(missing);
         }
         let keep: HashSet<&str> = names.iter().map(String::as_str).collect();
         Ok(Self::from_entries(
-            self.entries.iter().filter(|e| keep.contains(e.tool.name())).cloned().collect(),
+            self.entries
+                .iter()
+                .filter(|e| keep.contains(e.tool.name()))
+                .cloned()
+                .collect(),
         ))
     }
 
@@ -139,7 +167,13 @@ impl Toolbelt {
         if !self.contains(name) {
             return self.clone();
         }
-        Self::from_entries(self.entries.iter().filter(|e| e.tool.name() != name).cloned().collect())
+        Self::from_entries(
+            self.entries
+                .iter()
+                .filter(|e| e.tool.name() != name)
+                .cloned()
+                .collect(),
+        )
     }
 
     /// Tool specs for the model, each schema extended with the schema-only injected args.
@@ -169,7 +203,9 @@ fn with_injected_args(schema: &Value, injected: &BTreeMap<String, String>) -> Va
         let props = obj.entry("properties").or_insert_with(|| json!({}));
         if let Some(props) = props.as_object_mut() {
             for (key, description) in injected {
-                props.entry(key.clone()).or_insert_with(|| json!({"type": "string", "description": description}));
+                props
+                    .entry(key.clone())
+                    .or_insert_with(|| json!({"type": "string", "description": description}));
             }
         }
     }
@@ -211,6 +247,8 @@ impl Tool for RunSubtaskTool {
     }
 
     async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
-        Err(ToolError::Fatal("run_subtask must be intercepted by the agent loop".into()))
+        Err(ToolError::Fatal(
+            "run_subtask must be intercepted by the agent loop".into(),
+        ))
     }
 }

@@ -3,7 +3,8 @@
 
 use weft_protocol::tree::preview;
 use weft_protocol::{
-    ApprovalStatus, ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, ToolCallStatus, ToolResultStatus,
+    ApprovalStatus, ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, ToolCallStatus,
+    ToolResultStatus,
 };
 
 /// The runtime record of one tool call (for the audit log), aligned by index with the tree's
@@ -20,6 +21,7 @@ pub struct ToolCallRecord {
 }
 
 #[derive(Debug, Default)]
+#[allow(clippy::vec_box)]
 pub struct TreeBuilder {
     /// Boxed while building: a turn holds these for its whole life, and a Vec of boxes
     /// wastes far less on spare capacity than a Vec of 160-byte nodes.
@@ -30,7 +32,15 @@ pub struct TreeBuilder {
 impl TreeBuilder {
     pub fn observe(&mut self, event: &ServerEvent) {
         let ServerEvent::ToolCallUpdate {
-            tool_call_id, name, status, args, result, is_error, parent_id, depth, metadata,
+            tool_call_id,
+            name,
+            status,
+            args,
+            result,
+            is_error,
+            parent_id,
+            depth,
+            metadata,
         } = event
         else {
             return;
@@ -82,13 +92,22 @@ impl TreeBuilder {
     }
 
     pub fn snapshot(&self) -> ExecutionTreeSnapshot {
-        ExecutionTreeSnapshot { version: 1, nodes: self.nodes.iter().map(|n| (**n).clone()).collect() }
+        ExecutionTreeSnapshot {
+            version: 1,
+            nodes: self.nodes.iter().map(|n| (**n).clone()).collect(),
+        }
     }
 
     /// Hand over the tree and the records, leaving the builder empty.
     pub fn take(&mut self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
         (
-            ExecutionTreeSnapshot { version: 1, nodes: std::mem::take(&mut self.nodes).into_iter().map(|n| *n).collect() },
+            ExecutionTreeSnapshot {
+                version: 1,
+                nodes: std::mem::take(&mut self.nodes)
+                    .into_iter()
+                    .map(|n| *n)
+                    .collect(),
+            },
             std::mem::take(&mut self.records),
         )
     }

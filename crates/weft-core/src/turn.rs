@@ -136,7 +136,13 @@ impl Turn {
         self.stop(TurnEnd::BudgetExceeded(trip));
     }
 
-    pub fn emit_budget_exceeded(&self, trip: &BudgetTrip, ends_turn: bool, parent_id: Option<String>, depth: u32) {
+    pub fn emit_budget_exceeded(
+        &self,
+        trip: &BudgetTrip,
+        ends_turn: bool,
+        parent_id: Option<String>,
+        depth: u32,
+    ) {
         self.events.emit(ServerEvent::BudgetExceeded {
             reason: trip.reason,
             limit: Amount(trip.limit),
@@ -153,7 +159,11 @@ impl Turn {
 
     /// The named exclusive lock, shared by every depth of the turn.
     pub fn lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.lock().entry(name.to_owned()).or_default().clone()
+        self.locks
+            .lock()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
     }
 
     pub fn record_model_call(&self, record: ModelCallRecord) {
@@ -190,7 +200,12 @@ pub async fn run_classic_turn(spec: TurnSpec) -> TurnOutcome {
 }
 
 /// Emit the cost summary and gather the outcome.
-pub(crate) fn finish(turn: &Turn, end: TurnEnd, text: String, history: Vec<ChatMessage>) -> TurnOutcome {
+pub(crate) fn finish(
+    turn: &Turn,
+    end: TurnEnd,
+    text: String,
+    history: Vec<ChatMessage>,
+) -> TurnOutcome {
     let totals = turn.budget.totals();
     turn.events.emit(ServerEvent::CostSummary {
         llm_calls: totals.llm_calls,

@@ -20,7 +20,10 @@ pub fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
     }
     match serde_json::from_str::<Value>(raw) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(format!("arguments must be a JSON object, got {}", json_type(&other))),
+        Ok(other) => Err(format!(
+            "arguments must be a JSON object, got {}",
+            json_type(&other)
+        )),
         Err(e) => Err(format!("arguments are not valid JSON ({e})")),
     }
 }
@@ -49,7 +52,11 @@ pub fn prepare_args(
                 .iter_errors(&args)
                 .map(|e| {
                     let path = e.instance_path().to_string();
-                    if path.is_empty() { e.to_string() } else { format!("{path}: {e}") }
+                    if path.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{path}: {e}")
+                    }
                 })
                 .collect();
             if !errors.is_empty() {
@@ -65,12 +72,19 @@ pub fn coerce_lenient(args: &mut Map<String, Value>, schema: &Value) {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return;
     };
-    let open = matches!(schema.get("additionalProperties"), Some(Value::Bool(true)) | Some(Value::Object(_)));
+    let open = matches!(
+        schema.get("additionalProperties"),
+        Some(Value::Bool(true)) | Some(Value::Object(_))
+    );
     if !open {
         args.retain(|k, _| props.contains_key(k));
     }
     for (key, value) in args.iter_mut() {
-        let Some(ty) = props.get(key).and_then(|p| p.get("type")).and_then(Value::as_str) else {
+        let Some(ty) = props
+            .get(key)
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+        else {
             continue;
         };
         if let Some(coerced) = coerce_value(value, ty) {
@@ -86,9 +100,12 @@ fn coerce_value(value: &Value, ty: &str) -> Option<Value> {
             let f = n.as_f64()?;
             (f.fract() == 0.0 && f.abs() < 9.0e15).then(|| Value::from(f as i64))
         }
-        ("number", Value::String(s)) => {
-            s.trim().parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number)
-        }
+        ("number", Value::String(s)) => s
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
         ("boolean", Value::String(s)) => match s.trim() {
             "true" => Some(Value::Bool(true)),
             "false" => Some(Value::Bool(false)),
@@ -135,7 +152,11 @@ mod tests {
 
     #[test]
     fn lenient_coerces_and_drops_unknown_properties() {
-        let ok = run(r#"{"n":"3","ok":"true","s":7,"extra":1}"#, ArgValidation::Lenient).unwrap();
+        let ok = run(
+            r#"{"n":"3","ok":"true","s":7,"extra":1}"#,
+            ArgValidation::Lenient,
+        )
+        .unwrap();
         assert_eq!(ok.args, json!({"n":3,"ok":true,"s":"7"}));
     }
 
@@ -146,13 +167,20 @@ mod tests {
 
     #[test]
     fn none_passes_anything_that_is_an_object() {
-        assert_eq!(run(r#"{"n":"x"}"#, ArgValidation::None).unwrap().args, json!({"n":"x"}));
+        assert_eq!(
+            run(r#"{"n":"x"}"#, ArgValidation::None).unwrap().args,
+            json!({"n":"x"})
+        );
     }
 
     #[test]
     fn malformed_json_and_non_objects_are_errors() {
-        assert!(run(r#"{"n":"#, ArgValidation::None).unwrap_err().contains("not valid JSON"));
-        assert!(run("[1]", ArgValidation::None).unwrap_err().contains("an array"));
+        assert!(run(r#"{"n":"#, ArgValidation::None)
+            .unwrap_err()
+            .contains("not valid JSON"));
+        assert!(run("[1]", ArgValidation::None)
+            .unwrap_err()
+            .contains("an array"));
         assert_eq!(parse_arguments("").unwrap(), Map::new());
     }
 
@@ -162,7 +190,14 @@ mod tests {
         let mut keys = BTreeMap::new();
         keys.insert("ui_request_id".to_owned(), "corr".to_owned());
         let v = jsonschema::validator_for(&s).ok();
-        let p = prepare_args(r#"{"n":1,"ui_request_id":"u1"}"#, &s, v.as_ref(), ArgValidation::Strict, &keys).unwrap();
+        let p = prepare_args(
+            r#"{"n":1,"ui_request_id":"u1"}"#,
+            &s,
+            v.as_ref(),
+            ArgValidation::Strict,
+            &keys,
+        )
+        .unwrap();
         assert_eq!(p.args, json!({"n":1}));
         assert_eq!(p.injected.get("ui_request_id"), Some(&json!("u1")));
     }

@@ -18,9 +18,14 @@ fn calls(list: &[(&str, &str, serde_json::Value)]) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_trivial_question_is_answered_directly() {
-    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [{"chunks": ["Hel", "lo"]}]}]}));
+    let h = Harness::new(
+        json!({"conversations": [{"match": "*", "steps": [{"chunks": ["Hel", "lo"]}]}]}),
+    );
     let (outcome, events) = h.run().await;
-    assert_eq!(lines(&events), vec!["chunk d0 \"Hel\"", "chunk d0 \"lo\"", "cost llm=1 tools=0"]);
+    assert_eq!(
+        lines(&events),
+        vec!["chunk d0 \"Hel\"", "chunk d0 \"lo\"", "cost llm=1 tools=0"]
+    );
     assert_eq!(outcome.end, TurnEnd::Completed);
     assert_eq!(outcome.text, "Hello");
     assert!(outcome.tree.nodes.is_empty());
@@ -38,16 +43,30 @@ async fn a_tool_call_result_feeds_the_next_round() {
     let (outcome, events) = h.run().await;
     assert_eq!(
         lines(&events),
-        vec!["start d0 echo#c1", "end d0 echo#c1", "chunk d0 \"done\"", "cost llm=2 tools=1"]
+        vec![
+            "start d0 echo#c1",
+            "end d0 echo#c1",
+            "chunk d0 \"done\"",
+            "cost llm=2 tools=1"
+        ]
     );
     assert_eq!(result_of(&events, "c1"), ("{\"x\":1}".to_owned(), false));
     let second = &h.provider.requests.lock()[1];
     let last = second.messages.last().unwrap();
-    assert_eq!((last.role, last.tool_call_id.as_deref(), last.text()), (Role::Tool, Some("c1"), "{\"x\":1}".to_owned()));
+    assert_eq!(
+        (last.role, last.tool_call_id.as_deref(), last.text()),
+        (Role::Tool, Some("c1"), "{\"x\":1}".to_owned())
+    );
     assert_eq!(outcome.tree.nodes.len(), 1);
-    assert_eq!(outcome.tree.nodes[0].args_preview.as_deref(), Some("{\"x\":1}"));
+    assert_eq!(
+        outcome.tree.nodes[0].args_preview.as_deref(),
+        Some("{\"x\":1}")
+    );
     let meta = support::metadata_of(&events, "c1");
-    assert_eq!((meta.status, meta.approval_status), (ToolResultStatus::Success, ApprovalStatus::NotRequired));
+    assert_eq!(
+        (meta.status, meta.approval_status),
+        (ToolResultStatus::Success, ApprovalStatus::NotRequired)
+    );
     assert!(meta.completed_at >= meta.started_at);
 }
 
@@ -64,9 +83,19 @@ async fn parallel_safe_calls_run_concurrently() {
     assert_eq!(probe.peak(), 3);
     assert_eq!(outcome.end, TurnEnd::Completed);
     // Results go back in the order the model emitted the calls.
-    let ids: Vec<_> = outcome.history.iter().filter_map(|m| m.tool_call_id.clone()).collect();
+    let ids: Vec<_> = outcome
+        .history
+        .iter()
+        .filter_map(|m| m.tool_call_id.clone())
+        .collect();
     assert_eq!(ids, vec!["a", "b", "c"]);
-    assert_eq!(events.iter().filter(|e| matches!(e, ServerEvent::ToolCallUpdate { .. })).count(), 6);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, ServerEvent::ToolCallUpdate { .. }))
+            .count(),
+        6
+    );
 }
 
 #[tokio::test]
@@ -74,10 +103,15 @@ async fn surplus_beyond_max_parallel_is_queued() {
     let tool = TestTool::new("slow").delay_ms(20);
     let probe = tool.probe();
     let five: Vec<_> = (0..5).map(|i| (format!("c{i}"), json!({"i": i}))).collect();
-    let list: Vec<(&str, &str, serde_json::Value)> = five.iter().map(|(id, a)| (id.as_str(), "slow", a.clone())).collect();
-    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [calls(&list), {"text": "ok"}]}]}))
-        .tool(tool)
-        .config(|c| c.max_parallel_per_turn = 2);
+    let list: Vec<(&str, &str, serde_json::Value)> = five
+        .iter()
+        .map(|(id, a)| (id.as_str(), "slow", a.clone()))
+        .collect();
+    let h = Harness::new(
+        json!({"conversations": [{"match": "*", "steps": [calls(&list), {"text": "ok"}]}]}),
+    )
+    .tool(tool)
+    .config(|c| c.max_parallel_per_turn = 2);
     let (outcome, _) = h.run().await;
     assert_eq!(probe.peak(), 2);
     assert_eq!(probe.count(), 5);
@@ -95,7 +129,10 @@ async fn exclusive_calls_run_serially_in_emitted_order() {
     .tool(tool);
     h.run().await;
     assert_eq!(probe.peak(), 1);
-    assert_eq!(*probe.calls.lock(), vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]);
+    assert_eq!(
+        *probe.calls.lock(),
+        vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]
+    );
 }
 
 #[tokio::test]
@@ -124,7 +161,10 @@ async fn serial_parallelism_runs_everything_in_order() {
     .config(|c| c.tool_parallelism = weft_protocol::ToolParallelism::Serial);
     h.run().await;
     assert_eq!(probe.peak(), 1);
-    assert_eq!(*probe.calls.lock(), vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]);
+    assert_eq!(
+        *probe.calls.lock(),
+        vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]
+    );
 }
 
 #[tokio::test]
@@ -155,7 +195,10 @@ async fn an_unknown_tool_is_an_error_result_listing_the_available_tools() {
     let (outcome, events) = h.run().await;
     let (text, is_error) = result_of(&events, "x");
     assert!(is_error);
-    assert_eq!(text, "error: unknown tool `hallucinated_tool`. Available tools: run_subtask, echo.");
+    assert_eq!(
+        text,
+        "error: unknown tool `hallucinated_tool`. Available tools: run_subtask, echo."
+    );
     assert_eq!(outcome.end, TurnEnd::Completed);
 }
 
@@ -174,14 +217,18 @@ async fn malformed_json_arguments_are_an_error_result_not_a_crash() {
 
 #[tokio::test]
 async fn strict_validation_rejects_and_lenient_coerces() {
-    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let schema =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
     let script = json!({"conversations": [{"match": "*", "steps": [
         calls(&[("v", "count", json!({"n": "3", "junk": true}))]), {"text": "ok"}
     ]}]});
     let strict = Harness::new(script.clone()).tool(TestTool::new("count").schema(schema.clone()));
     let (_, events) = strict.run().await;
     let (text, is_error) = result_of(&events, "v");
-    assert!(is_error && text.starts_with("error: invalid arguments for `count`"), "{text}");
+    assert!(
+        is_error && text.starts_with("error: invalid arguments for `count`"),
+        "{text}"
+    );
 
     let lenient = Harness::new(script)
         .tool(TestTool::new("count").schema(schema))
@@ -200,9 +247,19 @@ async fn oversized_results_are_cut_at_a_utf8_boundary_with_the_marker() {
     let (outcome, events) = h.run().await;
     let (text, _) = result_of(&events, "big");
     assert!(text.len() <= 101);
-    assert!(text.ends_with("[…truncated; full result 3000 bytes]"), "{text}");
-    assert!(text.trim_end_matches("[…truncated; full result 3000 bytes]").chars().all(|c| c == '€'));
-    let fed_back = outcome.history.iter().find(|m| m.tool_call_id.as_deref() == Some("big")).unwrap();
+    assert!(
+        text.ends_with("[…truncated; full result 3000 bytes]"),
+        "{text}"
+    );
+    assert!(text
+        .trim_end_matches("[…truncated; full result 3000 bytes]")
+        .chars()
+        .all(|c| c == '€'));
+    let fed_back = outcome
+        .history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("big"))
+        .unwrap();
     assert_eq!(fed_back.text(), text);
 }
 
@@ -214,7 +271,10 @@ async fn abort_error_mode_ends_the_turn_on_a_tool_failure() {
     .tool(TestTool::new("fail").behaviour(Behaviour::Fail("nope")))
     .config(|c| c.tool_error_mode = weft_protocol::ToolErrorMode::Abort);
     let (outcome, _) = h.run().await;
-    assert_eq!(outcome.end, TurnEnd::ToolAborted("tool `fail` failed: nope".to_owned()));
+    assert_eq!(
+        outcome.end,
+        TurnEnd::ToolAborted("tool `fail` failed: nope".to_owned())
+    );
     assert_eq!(h.provider.requests.lock().len(), 1);
 }
 
@@ -242,13 +302,18 @@ async fn repeated_identical_calls_are_refused() {
     let results: Vec<bool> = events
         .iter()
         .filter_map(|e| match e {
-            ServerEvent::ToolCallUpdate { is_error: Some(err), .. } => Some(*err),
+            ServerEvent::ToolCallUpdate {
+                is_error: Some(err),
+                ..
+            } => Some(*err),
             _ => None,
         })
         .collect();
     assert_eq!(results, vec![false, false, true, true]);
     let last_error = events.iter().rev().find_map(|e| match e {
-        ServerEvent::ToolCallUpdate { result: Some(r), .. } => Some(r.clone()),
+        ServerEvent::ToolCallUpdate {
+            result: Some(r), ..
+        } => Some(r.clone()),
         _ => None,
     });
     assert!(last_error.unwrap().contains("identical arguments"));
@@ -272,7 +337,10 @@ async fn cancelling_mid_tool_leaves_no_orphaned_call() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(outcome.end, TurnEnd::Cancelled);
     assert_eq!(outcome.text, "working");
-    assert_eq!(result_of(&events, "slow"), (weft_core::prompts::CANCELLED_RESULT.to_owned(), true));
+    assert_eq!(
+        result_of(&events, "slow"),
+        (weft_core::prompts::CANCELLED_RESULT.to_owned(), true)
+    );
     assert_eq!(result_of(&events, "q").1, true);
     assert_no_orphans(&outcome.history);
     assert_eq!(h.provider.requests.lock().len(), 1);
@@ -285,15 +353,27 @@ async fn a_provider_error_ends_the_turn_keeping_partial_text() {
     ]}]}));
     let (outcome, events) = h.run().await;
     assert_eq!(outcome.text, "partial answer");
-    assert!(matches!(&outcome.end, TurnEnd::ProviderError(m) if m.contains("500")), "{:?}", outcome.end);
-    assert_eq!(outcome.model_calls[0].error.as_deref().map(|e| e.contains("500")), Some(true));
+    assert!(
+        matches!(&outcome.end, TurnEnd::ProviderError(m) if m.contains("500")),
+        "{:?}",
+        outcome.end
+    );
+    assert_eq!(
+        outcome.model_calls[0]
+            .error
+            .as_deref()
+            .map(|e| e.contains("500")),
+        Some(true)
+    );
     assert_eq!(lines(&events).last().unwrap(), "cost llm=1 tools=0");
 }
 
 #[tokio::test]
 async fn a_provider_without_tools_degrades_to_plain_chat() {
-    let h = Harness::new(json!({"tools": false, "conversations": [{"match": "*", "steps": [{"text": "plain"}]}]}))
-        .tool(TestTool::new("echo"));
+    let h = Harness::new(
+        json!({"tools": false, "conversations": [{"match": "*", "steps": [{"text": "plain"}]}]}),
+    )
+    .tool(TestTool::new("echo"));
     let (outcome, _) = h.run().await;
     assert_eq!(outcome.text, "plain");
     assert!(h.provider.requests.lock()[0].tools.is_empty());
@@ -301,21 +381,34 @@ async fn a_provider_without_tools_degrades_to_plain_chat() {
 
 #[tokio::test]
 async fn the_provider_sees_tool_specs_with_injected_args_and_tools_never_get_them() {
-    let tool = TestTool::new("echo").schema(json!({"type": "object", "properties": {"x": {"type": "integer"}}}));
+    let tool = TestTool::new("echo")
+        .schema(json!({"type": "object", "properties": {"x": {"type": "integer"}}}));
     let probe = tool.probe();
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         calls(&[("c", "echo", json!({"x": 1, "run_origin": "playground"}))]), {"text": "ok"}
     ]}]}))
     .tool(tool)
     .config(|c| {
-        c.injected_tool_args.insert("run_origin".into(), "Caller surface.".into());
+        c.injected_tool_args
+            .insert("run_origin".into(), "Caller surface.".into());
     });
     let (_, events) = h.run().await;
-    let spec = h.provider.requests.lock()[0].tools.iter().find(|t| t.name == "echo").cloned().unwrap();
-    assert_eq!(spec.parameters["properties"]["run_origin"], json!({"type": "string", "description": "Caller surface."}));
+    let spec = h.provider.requests.lock()[0]
+        .tools
+        .iter()
+        .find(|t| t.name == "echo")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        spec.parameters["properties"]["run_origin"],
+        json!({"type": "string", "description": "Caller surface."})
+    );
     assert_eq!(*probe.calls.lock(), vec![json!({"x": 1})]);
     let meta = support::metadata_of(&events, "c");
-    assert_eq!(meta.injected_args.get("run_origin"), Some(&json!("playground")));
+    assert_eq!(
+        meta.injected_args.get("run_origin"),
+        Some(&json!("playground"))
+    );
 }
 
 #[tokio::test]
@@ -323,7 +416,13 @@ async fn cost_comes_from_the_rate_card() {
     let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         {"text": "hi", "usage": {"input_tokens": 1000, "output_tokens": 500}}
     ]}]}));
-    h.rate_card.set("test-model", weft_core::ModelRate { input_per_mtok: 2.0, output_per_mtok: 10.0 });
+    h.rate_card.set(
+        "test-model",
+        weft_core::ModelRate {
+            input_per_mtok: 2.0,
+            output_per_mtok: 10.0,
+        },
+    );
     let (outcome, events) = h.run().await;
     assert!((outcome.totals.cost_usd - 0.007).abs() < 1e-9);
     assert!(events.iter().any(|e| matches!(e,
@@ -339,5 +438,7 @@ async fn write_tools_respect_the_category_in_events() {
     .tool(TestTool::new("reader").category(ToolCategory::Read))
     .mode(weft_protocol::PermissionMode::Default);
     let (_, events) = h.run().await;
-    assert!(!events.iter().any(|e| matches!(e, ServerEvent::ToolApprovalRequest { .. })));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, ServerEvent::ToolApprovalRequest { .. })));
 }

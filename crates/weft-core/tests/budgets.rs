@@ -27,9 +27,13 @@ fn trip_of(events: &[ServerEvent]) -> (BudgetReason, f64, f64, bool) {
     events
         .iter()
         .find_map(|e| match e {
-            ServerEvent::BudgetExceeded { reason, limit, observed, ends_turn, .. } => {
-                Some((*reason, limit.0, observed.0, *ends_turn))
-            }
+            ServerEvent::BudgetExceeded {
+                reason,
+                limit,
+                observed,
+                ends_turn,
+                ..
+            } => Some((*reason, limit.0, observed.0, *ends_turn)),
             _ => None,
         })
         .expect("a budget_exceeded event")
@@ -45,7 +49,9 @@ fn assert_ended_by(outcome: &weft_core::TurnOutcome, reason: BudgetReason) {
 
 #[tokio::test]
 async fn llm_calls() {
-    let h = Harness::new(looping_tool_script()).tool(TestTool::new("echo")).config(|c| c.max_total_llm_calls = 2);
+    let h = Harness::new(looping_tool_script())
+        .tool(TestTool::new("echo"))
+        .config(|c| c.max_total_llm_calls = 2);
     let (outcome, events) = h.run().await;
     assert_eq!(trip_of(&events), (BudgetReason::LlmCalls, 2.0, 3.0, true));
     assert_ended_by(&outcome, BudgetReason::LlmCalls);
@@ -55,7 +61,9 @@ async fn llm_calls() {
 
 #[tokio::test]
 async fn tool_calls() {
-    let h = Harness::new(looping_tool_script()).tool(TestTool::new("echo")).config(|c| c.max_total_tool_calls = 3);
+    let h = Harness::new(looping_tool_script())
+        .tool(TestTool::new("echo"))
+        .config(|c| c.max_total_tool_calls = 3);
     let (outcome, events) = h.run().await;
     assert_eq!(trip_of(&events), (BudgetReason::ToolCalls, 3.0, 4.0, true));
     assert_ended_by(&outcome, BudgetReason::ToolCalls);
@@ -91,7 +99,10 @@ async fn wall_clock() {
     let (outcome, events) = h.run().await;
     assert!(started.elapsed() < std::time::Duration::from_secs(3));
     let (reason, limit, observed, ends) = trip_of(&events);
-    assert_eq!((reason, limit, ends), (BudgetReason::WallClock, 100.0, true));
+    assert_eq!(
+        (reason, limit, ends),
+        (BudgetReason::WallClock, 100.0, true)
+    );
     assert!(observed >= 100.0);
     assert_ended_by(&outcome, BudgetReason::WallClock);
     assert_eq!(outcome.text, "thinking...");
@@ -119,7 +130,13 @@ async fn cost() {
     ]}]}))
     .tool(TestTool::new("echo"))
     .config(|c| c.max_cost_usd = Some(0.5));
-    h.rate_card.set("test-model", weft_core::ModelRate { input_per_mtok: 1.0, output_per_mtok: 1.0 });
+    h.rate_card.set(
+        "test-model",
+        weft_core::ModelRate {
+            input_per_mtok: 1.0,
+            output_per_mtok: 1.0,
+        },
+    );
     let (outcome, events) = h.run().await;
     assert_eq!(trip_of(&events), (BudgetReason::Cost, 0.5, 1.0, true));
     assert_ended_by(&outcome, BudgetReason::Cost);
@@ -131,13 +148,18 @@ async fn bytes() {
         .tool(TestTool::new("echo").behaviour(Behaviour::Text("x".repeat(400))))
         .config(|c| c.max_total_result_bytes = 1000);
     let (outcome, events) = h.run().await;
-    assert_eq!(trip_of(&events), (BudgetReason::Bytes, 1000.0, 1200.0, true));
+    assert_eq!(
+        trip_of(&events),
+        (BudgetReason::Bytes, 1000.0, 1200.0, true)
+    );
     assert_ended_by(&outcome, BudgetReason::Bytes);
 }
 
 #[tokio::test]
 async fn iterations_at_the_root_end_the_turn() {
-    let h = Harness::new(looping_tool_script()).tool(TestTool::new("echo")).config(|c| c.max_iterations_per_level = 3);
+    let h = Harness::new(looping_tool_script())
+        .tool(TestTool::new("echo"))
+        .config(|c| c.max_iterations_per_level = 3);
     let (outcome, events) = h.run().await;
     assert_eq!(trip_of(&events), (BudgetReason::Iterations, 3.0, 4.0, true));
     assert_ended_by(&outcome, BudgetReason::Iterations);
@@ -158,7 +180,10 @@ async fn iterations_in_a_subtask_fail_only_that_subtask() {
     .tool(TestTool::new("echo"))
     .config(|c| c.max_iterations_per_level = 2);
     let (outcome, events) = h.run().await;
-    assert_eq!(trip_of(&events), (BudgetReason::Iterations, 2.0, 3.0, false));
+    assert_eq!(
+        trip_of(&events),
+        (BudgetReason::Iterations, 2.0, 3.0, false)
+    );
     let (text, is_error) = support::result_of(&events, "s");
     assert!(is_error && text.contains("iteration limit"), "{text}");
     assert_eq!(outcome.end, TurnEnd::Completed);

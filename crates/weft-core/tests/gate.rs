@@ -10,7 +10,9 @@ use serde_json::json;
 use support::tools::TestTool;
 use support::{result_of, Harness};
 use weft_core::{decide, EventSink, GateDecision, TurnEnd};
-use weft_protocol::{ApprovalDecision, ApprovalStatus, PermissionMode, ServerEvent, ToolCategory, ToolResultStatus};
+use weft_protocol::{
+    ApprovalDecision, ApprovalStatus, PermissionMode, ServerEvent, ToolCategory, ToolResultStatus,
+};
 
 #[test]
 fn mode_by_category_matrix() {
@@ -41,7 +43,11 @@ fn mode_by_category_matrix() {
         (Auto, Write, false, true, Ask),
     ];
     for (mode, category, allowed, hitl, expected) in table {
-        assert_eq!(decide(mode, category, allowed, hitl), expected, "{mode:?} {category:?} allowed={allowed} hitl={hitl}");
+        assert_eq!(
+            decide(mode, category, allowed, hitl),
+            expected,
+            "{mode:?} {category:?} allowed={allowed} hitl={hitl}"
+        );
     }
 }
 
@@ -58,7 +64,10 @@ fn writer() -> TestTool {
 }
 
 /// Run the turn, answering each approval request with the next decision.
-async fn run_answering(h: &Harness, decisions: Vec<ApprovalDecision>) -> (weft_core::TurnOutcome, Vec<ServerEvent>) {
+async fn run_answering(
+    h: &Harness,
+    decisions: Vec<ApprovalDecision>,
+) -> (weft_core::TurnOutcome, Vec<ServerEvent>) {
     let (sink, mut rx) = EventSink::channel();
     let turn = tokio::spawn(weft_core::run_classic_turn(h.spec(sink)));
     let gate = h.gate.clone();
@@ -78,7 +87,11 @@ fn approvals(events: &[ServerEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            ServerEvent::ToolApprovalRequest { tool_call_id, category, .. } => Some(format!("ask {tool_call_id} {category:?}")),
+            ServerEvent::ToolApprovalRequest {
+                tool_call_id,
+                category,
+                ..
+            } => Some(format!("ask {tool_call_id} {category:?}")),
             _ => None,
         })
         .collect()
@@ -88,12 +101,26 @@ fn approvals(events: &[ServerEvent]) -> Vec<String> {
 async fn default_mode_asks_and_allow_runs_the_call() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Default);
-    let (outcome, events) = run_answering(&h, vec![ApprovalDecision::Allow, ApprovalDecision::Allow]).await;
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Default);
+    let (outcome, events) =
+        run_answering(&h, vec![ApprovalDecision::Allow, ApprovalDecision::Allow]).await;
     assert_eq!(approvals(&events), vec!["ask w1 Write", "ask w2 Write"]);
     assert_eq!(probe.count(), 2);
     let meta = support::metadata_of(&events, "w1");
-    assert_eq!((meta.status, meta.approval_status, meta.approval_id.as_deref()), (ToolResultStatus::Success, ApprovalStatus::Approved, Some("w1")));
+    assert_eq!(
+        (
+            meta.status,
+            meta.approval_status,
+            meta.approval_id.as_deref()
+        ),
+        (
+            ToolResultStatus::Success,
+            ApprovalStatus::Approved,
+            Some("w1")
+        )
+    );
     assert_eq!(outcome.end, TurnEnd::Completed);
 }
 
@@ -101,7 +128,9 @@ async fn default_mode_asks_and_allow_runs_the_call() {
 async fn allow_for_this_chat_stops_asking_for_that_tool() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Default);
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Default);
     let (_, events) = run_answering(&h, vec![ApprovalDecision::AllowForChat]).await;
     assert_eq!(approvals(&events), vec!["ask w1 Write"]);
     assert_eq!(probe.count(), 2);
@@ -113,12 +142,18 @@ async fn allow_for_this_chat_stops_asking_for_that_tool() {
 async fn deny_returns_an_error_result_the_model_can_act_on() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Default);
-    let (outcome, events) = run_answering(&h, vec![ApprovalDecision::Deny, ApprovalDecision::Allow]).await;
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Default);
+    let (outcome, events) =
+        run_answering(&h, vec![ApprovalDecision::Deny, ApprovalDecision::Allow]).await;
     let (text, is_error) = result_of(&events, "w1");
     assert!(is_error && text.starts_with("denied:"), "{text}");
     let meta = support::metadata_of(&events, "w1");
-    assert_eq!((meta.status, meta.approval_status), (ToolResultStatus::Rejected, ApprovalStatus::Rejected));
+    assert_eq!(
+        (meta.status, meta.approval_status),
+        (ToolResultStatus::Rejected, ApprovalStatus::Rejected)
+    );
     assert_eq!(probe.count(), 1, "only the allowed call ran");
     assert_eq!(outcome.end, TurnEnd::Completed);
 }
@@ -127,25 +162,36 @@ async fn deny_returns_an_error_result_the_model_can_act_on() {
 async fn plan_mode_never_executes_a_non_read_tool() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Plan);
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Plan);
     let (_, events) = h.run().await;
     assert_eq!(probe.count(), 0);
     assert!(approvals(&events).is_empty());
     let (text, is_error) = result_of(&events, "w1");
-    assert!(is_error && text.contains("unavailable in plan mode"), "{text}");
+    assert!(
+        is_error && text.contains("unavailable in plan mode"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
 async fn auto_mode_runs_without_asking_except_hitl_tools() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Auto);
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Auto);
     let (_, events) = h.run().await;
     assert!(approvals(&events).is_empty());
     assert_eq!(probe.count(), 2);
 
-    let h = Harness::new(write_script()).tool(writer()).mode(PermissionMode::Auto).config(|c| c.hitl_tools = vec!["write".into()]);
-    let (_, events) = run_answering(&h, vec![ApprovalDecision::Allow, ApprovalDecision::Deny]).await;
+    let h = Harness::new(write_script())
+        .tool(writer())
+        .mode(PermissionMode::Auto)
+        .config(|c| c.hitl_tools = vec!["write".into()]);
+    let (_, events) =
+        run_answering(&h, vec![ApprovalDecision::Allow, ApprovalDecision::Deny]).await;
     assert_eq!(approvals(&events), vec!["ask w1 Write", "ask w2 Write"]);
 }
 
@@ -172,7 +218,9 @@ async fn subtasks_inherit_the_gate() {
 async fn a_dropped_approval_reads_as_deny() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Default);
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Default);
     let (sink, mut rx) = EventSink::channel();
     let turn = tokio::spawn(weft_core::run_classic_turn(h.spec(sink)));
     let mut asked = 0;
@@ -192,7 +240,9 @@ async fn a_dropped_approval_reads_as_deny() {
 async fn switching_to_auto_releases_pending_approvals_as_allowed() {
     let tool = writer();
     let probe = tool.probe();
-    let h = Harness::new(write_script()).tool(tool).mode(PermissionMode::Default);
+    let h = Harness::new(write_script())
+        .tool(tool)
+        .mode(PermissionMode::Default);
     let (sink, mut rx) = EventSink::channel();
     let turn = tokio::spawn(weft_core::run_classic_turn(h.spec(sink)));
     while let Some(event) = rx.recv().await {
@@ -201,7 +251,11 @@ async fn switching_to_auto_releases_pending_approvals_as_allowed() {
         }
     }
     turn.await.unwrap();
-    assert_eq!(probe.count(), 2, "the pending call was released and the next one did not ask");
+    assert_eq!(
+        probe.count(),
+        2,
+        "the pending call was released and the next one did not ask"
+    );
 }
 
 #[tokio::test]
@@ -212,9 +266,14 @@ async fn an_unanswered_approval_times_out() {
         .tool(tool)
         .mode(PermissionMode::Default)
         .config(|c| c.approval_timeout_ms = Some(30));
-    let (_, events) = tokio::time::timeout(Duration::from_secs(5), h.run()).await.unwrap();
+    let (_, events) = tokio::time::timeout(Duration::from_secs(5), h.run())
+        .await
+        .unwrap();
     let meta = support::metadata_of(&events, "w1");
-    assert_eq!((meta.status, meta.approval_status), (ToolResultStatus::TimedOut, ApprovalStatus::TimedOut));
+    assert_eq!(
+        (meta.status, meta.approval_status),
+        (ToolResultStatus::TimedOut, ApprovalStatus::TimedOut)
+    );
     assert_eq!(probe.count(), 0);
     assert!(h.gate.pending().is_empty());
 }

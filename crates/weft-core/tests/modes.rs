@@ -18,13 +18,19 @@ async fn classic_is_registered_and_is_the_default() {
     assert_eq!(mode.name(), "classic");
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [{"text": "hi"}]}]}));
     let outcome = mode.run(h.spec(EventSink::detached())).await;
-    assert_eq!((outcome.end, outcome.text.as_str()), (TurnEnd::Completed, "hi"));
+    assert_eq!(
+        (outcome.end, outcome.text.as_str()),
+        (TurnEnd::Completed, "hi")
+    );
 }
 
 #[test]
 fn an_unknown_mode_is_a_clear_error() {
     let err = ModeRegistry::new().get(Some("telepathy")).err().unwrap();
-    assert_eq!(err.to_string(), "unknown execution mode `telepathy`; registered modes: classic");
+    assert_eq!(
+        err.to_string(),
+        "unknown execution mode `telepathy`; registered modes: classic"
+    );
 }
 
 struct Shout;
@@ -47,6 +53,10 @@ async fn a_new_mode_plugs_in_without_touching_the_loop() {
     registry.register(Arc::new(Shout));
     assert_eq!(registry.names(), vec!["classic", "shout"]);
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [{"text": "hi"}]}]}));
-    let outcome = registry.get(Some("shout")).unwrap().run(h.spec(EventSink::detached())).await;
+    let outcome = registry
+        .get(Some("shout"))
+        .unwrap()
+        .run(h.spec(EventSink::detached()))
+        .await;
     assert_eq!(outcome.text, "HI");
 }

@@ -45,8 +45,16 @@ async fn parallel_subtasks_nest_their_events_and_results() {
     assert_eq!(outcome.text, "A and B differ.");
     assert_eq!(h.memory.get("task:sa").as_deref(), Some("A is old."));
     assert_eq!(h.memory.get("task:sb").as_deref(), Some("B is new."));
-    let titles: Vec<_> = outcome.tree.nodes.iter().map(|n| (n.id.as_str(), n.title.as_deref(), n.parent_id.as_deref())).collect();
-    assert_eq!(titles, vec![("sa", Some("A"), None), ("sb", Some("B"), None)]);
+    let titles: Vec<_> = outcome
+        .tree
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.title.as_deref(), n.parent_id.as_deref()))
+        .collect();
+    assert_eq!(
+        titles,
+        vec![("sa", Some("A"), None), ("sb", Some("B"), None)]
+    );
     assert_no_orphans(&outcome.history);
 }
 
@@ -55,7 +63,10 @@ async fn a_subtask_sees_only_its_instructions() {
     let h = Harness::new(compare_script()).user("compare A and B");
     h.run().await;
     let requests = h.provider.requests.lock();
-    let child = requests.iter().find(|r| r.messages[0].text() == "research A").unwrap();
+    let child = requests
+        .iter()
+        .find(|r| r.messages[0].text() == "research A")
+        .unwrap();
     assert_eq!(child.messages.len(), 1);
     assert!(child.system.contains("sub-agent"));
 }
@@ -85,7 +96,12 @@ async fn nested_tool_calls_carry_the_enclosing_subtask_as_parent() {
             "cost llm=4 tools=2",
         ]
     );
-    let nodes: Vec<_> = outcome.tree.nodes.iter().map(|n| (n.id.as_str(), n.parent_id.as_deref())).collect();
+    let nodes: Vec<_> = outcome
+        .tree
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.parent_id.as_deref()))
+        .collect();
     assert_eq!(nodes, vec![("s1", None), ("e1", Some("s1"))]);
 }
 
@@ -102,7 +118,12 @@ async fn run_subtask_at_the_depth_limit_returns_a_depth_error() {
     let depth_errors: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            ServerEvent::ToolCallUpdate { depth, result: Some(r), is_error: Some(true), .. } => Some((*depth, r.clone())),
+            ServerEvent::ToolCallUpdate {
+                depth,
+                result: Some(r),
+                is_error: Some(true),
+                ..
+            } => Some((*depth, r.clone())),
             _ => None,
         })
         .collect();
@@ -112,7 +133,10 @@ async fn run_subtask_at_the_depth_limit_returns_a_depth_error() {
     assert_eq!(max_depth, 4, "three nested subtasks plus the refused call");
     // The level at the depth limit is not offered run_subtask.
     let requests = h.provider.requests.lock();
-    let deepest = requests.iter().find(|r| !r.tools.iter().any(|t| t.name == "run_subtask")).unwrap();
+    let deepest = requests
+        .iter()
+        .find(|r| !r.tools.iter().any(|t| t.name == "run_subtask"))
+        .unwrap();
     assert!(!deepest.system.contains("run_subtask once per part"));
 }
 
@@ -138,7 +162,10 @@ async fn a_subtask_toolset_can_only_narrow_the_parents() {
     let (text, is_error) = result_of(&events, "bad");
     assert!(is_error && text.contains("not available: rm_rf"), "{text}");
     let requests = h.provider.requests.lock();
-    let child = requests.iter().find(|r| r.messages[0].text() == "narrow").unwrap();
+    let child = requests
+        .iter()
+        .find(|r| r.messages[0].text() == "narrow")
+        .unwrap();
     let names: Vec<_> = child.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["echo"]);
 }
@@ -164,10 +191,16 @@ async fn finish_subtask_with_a_valid_payload_returns_it() {
     .user("outer");
     let (outcome, events) = h.run().await;
     assert_eq!(result_of(&events, "s"), ("{\"score\":7}".to_owned(), false));
-    assert!(result_of(&events, "f1").1, "the invalid payload is an error result");
+    assert!(
+        result_of(&events, "f1").1,
+        "the invalid payload is an error result"
+    );
     assert_eq!(outcome.end, TurnEnd::Completed);
     let requests = h.provider.requests.lock();
-    let child = requests.iter().find(|r| r.messages[0].text() == "structured work").unwrap();
+    let child = requests
+        .iter()
+        .find(|r| r.messages[0].text() == "structured work")
+        .unwrap();
     assert!(child.tools.iter().any(|t| t.name == "finish_subtask"));
 }
 
@@ -182,7 +215,9 @@ async fn finish_subtask_is_absent_without_an_output_schema() {
     ]}))
     .user("outer");
     let (_, events) = h.run().await;
-    assert!(result_of(&events, "f").0.starts_with("error: unknown tool `finish_subtask`"));
+    assert!(result_of(&events, "f")
+        .0
+        .starts_with("error: unknown tool `finish_subtask`"));
     assert_eq!(result_of(&events, "s"), ("plain".to_owned(), false));
 }
 
@@ -201,7 +236,10 @@ async fn invalid_payloads_are_retried_up_to_the_limit_then_schema_not_satisfied(
         .iter()
         .filter(|e| matches!(e, ServerEvent::ToolCallUpdate { name, status: weft_protocol::ToolCallStatus::End, .. } if name == "finish_subtask"))
         .count();
-    assert_eq!(finish_attempts, 4, "three retries fed back, the fourth failure ends it");
+    assert_eq!(
+        finish_attempts, 4,
+        "three retries fed back, the fourth failure ends it"
+    );
     assert_eq!(outcome.end, TurnEnd::Completed);
 }
 

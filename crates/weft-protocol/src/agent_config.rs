@@ -116,13 +116,22 @@ impl std::fmt::Display for AgentConfigError {
                 write!(f, "max_parallel_subagents must be 1..7, got {n}")
             }
             AgentConfigError::BudgetAwareness(v) => {
-                write!(f, "budget_awareness must be \"per-message\" or \"limit:<0-100>\", got {v:?}")
+                write!(
+                    f,
+                    "budget_awareness must be \"per-message\" or \"limit:<0-100>\", got {v:?}"
+                )
             }
             AgentConfigError::InjectedArgName(k) => {
-                write!(f, "injected_tool_args key {k:?} is not a valid property name")
+                write!(
+                    f,
+                    "injected_tool_args key {k:?} is not a valid property name"
+                )
             }
             AgentConfigError::UnknownHitlTool(t) => {
-                write!(f, "hitl_tools names {t:?}, which is not a tool of this agent")
+                write!(
+                    f,
+                    "hitl_tools names {t:?}, which is not a tool of this agent"
+                )
             }
             AgentConfigError::ZeroLimit(field) => write!(f, "{field} must be at least 1"),
         }
@@ -135,7 +144,9 @@ impl AgentConfig {
     /// Check the values that make sense on their own (seed 004's validation rules).
     pub fn validate(&self) -> Result<(), AgentConfigError> {
         if !(1..=7).contains(&self.max_parallel_subagents) {
-            return Err(AgentConfigError::ParallelSubagents(self.max_parallel_subagents));
+            return Err(AgentConfigError::ParallelSubagents(
+                self.max_parallel_subagents,
+            ));
         }
         if let Some(mode) = &self.budget_awareness {
             let ok = mode == "per-message"
@@ -149,13 +160,18 @@ impl AgentConfig {
         }
         for key in self.injected_tool_args.keys() {
             let valid = !key.is_empty()
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if !valid {
                 return Err(AgentConfigError::InjectedArgName(key.clone()));
             }
         }
         for (field, value) in [
-            ("max_iterations_per_level", u64::from(self.max_iterations_per_level)),
+            (
+                "max_iterations_per_level",
+                u64::from(self.max_iterations_per_level),
+            ),
             ("max_parallel_per_turn", self.max_parallel_per_turn as u64),
             ("max_identical_calls", u64::from(self.max_identical_calls)),
         ] {
@@ -168,7 +184,11 @@ impl AgentConfig {
 
     /// Check that every `hitl_tools` name exists among the agent's tools.
     pub fn validate_tools(&self, tool_names: &[&str]) -> Result<(), AgentConfigError> {
-        match self.hitl_tools.iter().find(|name| !tool_names.contains(&name.as_str())) {
+        match self
+            .hitl_tools
+            .iter()
+            .find(|name| !tool_names.contains(&name.as_str()))
+        {
             Some(missing) => Err(AgentConfigError::UnknownHitlTool(missing.clone())),
             None => Ok(()),
         }

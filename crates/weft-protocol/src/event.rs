@@ -21,7 +21,11 @@ pub struct ServerFrame {
 impl ServerFrame {
     /// A frame outside any thread (errors, pong).
     pub fn bare(event: ServerEvent) -> Self {
-        ServerFrame { thread_id: None, seq: None, event }
+        ServerFrame {
+            thread_id: None,
+            seq: None,
+            event,
+        }
     }
 }
 
@@ -127,7 +131,7 @@ pub enum ServerEvent {
         #[serde(default)]
         depth: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        metadata: Option<ToolResultMetadata>,
+        metadata: Option<Box<ToolResultMetadata>>,
     },
     ToolApprovalRequest {
         tool_call_id: String,
@@ -200,7 +204,11 @@ fn is_zero(n: &u32) -> bool {
 
 impl ServerEvent {
     pub fn error(code: ErrorCode, message: impl Into<String>, request_id: Option<String>) -> Self {
-        ServerEvent::Error { code, message: message.into(), request_id }
+        ServerEvent::Error {
+            code,
+            message: message.into(),
+            request_id,
+        }
     }
 }
 

@@ -8,9 +8,15 @@ use crate::control::ControlFrame;
 use crate::event::ErrorCode;
 
 const COMMANDS: [&str; 4] = ["chat_message", "stop", "set_permission_mode", "resume_chat"];
-const CONTROLS: [&str; 4] = ["tool_approval_response", "client_tools_manifest", "tool_result", "ping"];
+const CONTROLS: [&str; 4] = [
+    "tool_approval_response",
+    "client_tools_manifest",
+    "tool_result",
+    "ping",
+];
 
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // decoded once per frame; boxing buys nothing
 pub enum InboundFrame {
     Command(CommandEnvelope),
     Control(ControlFrame),
@@ -26,10 +32,20 @@ pub struct InboundError {
 
 /// Decode an already-parsed JSON (or MessagePack) value into a frame.
 pub fn decode_inbound(value: Value) -> Result<InboundFrame, InboundError> {
-    let request_id = value.get("request_id").and_then(Value::as_str).map(str::to_owned);
-    let fail = |code, message: String| InboundError { code, message, request_id: request_id.clone() };
+    let request_id = value
+        .get("request_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let fail = |code, message: String| InboundError {
+        code,
+        message,
+        request_id: request_id.clone(),
+    };
     if !value.is_object() {
-        return Err(fail(ErrorCode::InvalidJson, "a frame must be a JSON object".to_owned()));
+        return Err(fail(
+            ErrorCode::InvalidJson,
+            "a frame must be a JSON object".to_owned(),
+        ));
     }
     if let Some(command) = value.get("command") {
         let Some(name) = command.as_str().filter(|n| COMMANDS.contains(n)) else {
@@ -55,5 +71,8 @@ pub fn decode_inbound(value: Value) -> Result<InboundFrame, InboundError> {
             .map(InboundFrame::Control)
             .map_err(|e| fail(ErrorCode::InvalidField, format!("invalid {name}: {e}")));
     }
-    Err(fail(ErrorCode::UnknownCommand, "a frame needs a \"command\" or a \"type\"".to_owned()))
+    Err(fail(
+        ErrorCode::UnknownCommand,
+        "a frame needs a \"command\" or a \"type\"".to_owned(),
+    ))
 }

@@ -9,7 +9,9 @@ pub mod metadata;
 pub mod tree;
 pub mod types;
 
-pub use agent_config::{AgentConfig, AgentConfigError, ArgValidation, ToolErrorMode, ToolParallelism};
+pub use agent_config::{
+    AgentConfig, AgentConfigError, ArgValidation, ToolErrorMode, ToolParallelism,
+};
 pub use command::{
     ChatMessageData, ClientCommand, CommandEnvelope, MediaGeneration, ResumeChatData,
     SetPermissionModeData, StopData,
@@ -21,4 +23,6 @@ pub use event::{
 pub use inbound::{decode_inbound, InboundError, InboundFrame};
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};
 pub use tree::{preview, ExecutionTreeNode, ExecutionTreeSnapshot, PREVIEW_MAX_CHARS};
-pub use types::{ChatContext, ContentPart, MessageContent, PermissionMode, PolicyClass, ToolCategory};
+pub use types::{
+    ChatContext, ContentPart, MessageContent, PermissionMode, PolicyClass, ToolCategory,
+};

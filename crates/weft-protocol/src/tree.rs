@@ -13,7 +13,10 @@ pub struct ExecutionTreeSnapshot {
 
 impl Default for ExecutionTreeSnapshot {
     fn default() -> Self {
-        ExecutionTreeSnapshot { version: 1, nodes: Vec::new() }
+        ExecutionTreeSnapshot {
+            version: 1,
+            nodes: Vec::new(),
+        }
     }
 }
 

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use weft_protocol::{
-    decode_inbound, AgentConfig, ClientCommand, ErrorCode, InboundFrame, PermissionMode, ServerEvent, ServerFrame,
+    decode_inbound, AgentConfig, ClientCommand, ErrorCode, InboundFrame, PermissionMode,
+    ServerEvent, ServerFrame,
 };
 
 fn fixtures() -> Vec<(String, Value)> {
@@ -17,7 +18,10 @@ fn fixtures() -> Vec<(String, Value)> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .map(|p| {
             let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-            (name, serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap())
+            (
+                name,
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(),
+            )
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -26,7 +30,8 @@ fn fixtures() -> Vec<(String, Value)> {
 
 fn round_trip(name: &str, value: &Value) -> Value {
     if name.starts_with("server_") {
-        let frame: ServerFrame = serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let frame: ServerFrame =
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
         serde_json::to_value(frame).unwrap()
     } else {
         match decode_inbound(value.clone()).unwrap_or_else(|e| panic!("{name}: {e:?}")) {
@@ -49,7 +54,10 @@ fn every_golden_frame_round_trips() {
 fn unknown_fields_are_ignored() {
     for (name, value) in fixtures() {
         let mut extended = value.clone();
-        extended.as_object_mut().unwrap().insert("from_the_future".into(), json!({"x": 1}));
+        extended
+            .as_object_mut()
+            .unwrap()
+            .insert("from_the_future".into(), json!({"x": 1}));
         if let Some(data) = extended.get_mut("data").and_then(Value::as_object_mut) {
             data.insert("also_new".into(), json!(true));
         }
@@ -60,15 +68,22 @@ fn unknown_fields_are_ignored() {
 #[test]
 fn optional_fields_are_omitted_when_empty() {
     let frame = ServerFrame::bare(ServerEvent::error(ErrorCode::Internal, "x", None));
-    assert_eq!(serde_json::to_value(frame).unwrap(), json!({"type": "error", "code": "internal", "message": "x"}));
+    assert_eq!(
+        serde_json::to_value(frame).unwrap(),
+        json!({"type": "error", "code": "internal", "message": "x"})
+    );
 }
 
 #[test]
 fn a_minimal_chat_message_gets_defaults() {
-    let InboundFrame::Command(env) = decode_inbound(json!({"command": "chat_message", "data": {"content": "hi"}})).unwrap() else {
+    let InboundFrame::Command(env) =
+        decode_inbound(json!({"command": "chat_message", "data": {"content": "hi"}})).unwrap()
+    else {
         panic!("a command");
     };
-    let ClientCommand::ChatMessage(data) = env.command else { panic!("chat_message") };
+    let ClientCommand::ChatMessage(data) = env.command else {
+        panic!("chat_message")
+    };
     assert_eq!(data.role, "user");
     assert_eq!(data.chat_context(), weft_protocol::ChatContext::Thread);
     assert_eq!(data.permission_mode, None);
@@ -79,12 +94,24 @@ fn a_minimal_chat_message_gets_defaults() {
 fn bad_frames_get_stable_codes() {
     let cases = [
         (json!([1, 2]), ErrorCode::InvalidJson),
-        (json!({"command": "fly", "request_id": "r9"}), ErrorCode::UnknownCommand),
+        (
+            json!({"command": "fly", "request_id": "r9"}),
+            ErrorCode::UnknownCommand,
+        ),
         (json!({"type": "teleport"}), ErrorCode::UnknownCommand),
         (json!({"hello": 1}), ErrorCode::UnknownCommand),
-        (json!({"command": "stop", "data": {}}), ErrorCode::InvalidField),
-        (json!({"command": "set_permission_mode", "data": {"thread_id": "t", "permission_mode": "yolo"}}), ErrorCode::InvalidField),
-        (json!({"type": "tool_approval_response", "tool_call_id": "c", "decision": "maybe"}), ErrorCode::InvalidField),
+        (
+            json!({"command": "stop", "data": {}}),
+            ErrorCode::InvalidField,
+        ),
+        (
+            json!({"command": "set_permission_mode", "data": {"thread_id": "t", "permission_mode": "yolo"}}),
+            ErrorCode::InvalidField,
+        ),
+        (
+            json!({"type": "tool_approval_response", "tool_call_id": "c", "decision": "maybe"}),
+            ErrorCode::InvalidField,
+        ),
     ];
     for (frame, code) in cases {
         let err = decode_inbound(frame.clone()).unwrap_err();
@@ -111,9 +138,12 @@ fn agent_config_round_trips_with_seed_004_fields() {
     let config: AgentConfig = serde_json::from_value(configured).unwrap();
     config.validate().unwrap();
     assert_eq!(config.max_depth, 3, "unset fields take defaults");
-    let again: AgentConfig = serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
+    let again: AgentConfig =
+        serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
     assert_eq!(again, config);
-    assert!(config.validate_tools(&["deploy_service", "rotate_credentials"]).is_ok());
+    assert!(config
+        .validate_tools(&["deploy_service", "rotate_credentials"])
+        .is_ok());
     assert!(config.validate_tools(&["deploy_service"]).is_err());
 }
 
@@ -131,13 +161,17 @@ fn agent_config_validation_rejects_bad_values() {
         let config: AgentConfig = serde_json::from_value(value.clone()).unwrap();
         assert!(config.validate().is_err(), "{value}");
     }
-    let ok: AgentConfig = serde_json::from_value(json!({"budget_awareness": "per-message"})).unwrap();
+    let ok: AgentConfig =
+        serde_json::from_value(json!({"budget_awareness": "per-message"})).unwrap();
     assert!(ok.validate().is_ok());
 }
 
 #[test]
 fn permission_modes_parse_by_name() {
     assert_eq!(PermissionMode::parse("plan"), Some(PermissionMode::Plan));
-    assert_eq!(PermissionMode::parse("auto").map(PermissionMode::as_str), Some("auto"));
+    assert_eq!(
+        PermissionMode::parse("auto").map(PermissionMode::as_str),
+        Some("auto")
+    );
     assert_eq!(PermissionMode::parse("yolo"), None);
 }

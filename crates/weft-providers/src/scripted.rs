@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    Capabilities, ChatMessage, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
-    ProviderStream, Role, ToolCallRequest, Usage,
+    Capabilities, ChatMessage, FinishReason, Provider, ProviderError, ProviderEvent,
+    ProviderRequest, ProviderStream, Role, ToolCallRequest, Usage,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -87,7 +87,10 @@ pub enum InjectedError {
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
     #[error("cannot read script {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("script is not valid: {0}")]
     Parse(#[from] serde_json::Error),
 }
@@ -99,7 +102,10 @@ pub struct ScriptedProvider {
 
 impl ScriptedProvider {
     pub fn new(script: Script) -> Self {
-        ScriptedProvider { script, next_id: AtomicU64::new(1) }
+        ScriptedProvider {
+            script,
+            next_id: AtomicU64::new(1),
+        }
     }
 
     pub fn from_json(text: &str) -> Result<Self, ScriptError> {
@@ -111,24 +117,38 @@ impl ScriptedProvider {
     }
 
     pub fn from_file(path: &Path) -> Result<Self, ScriptError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScriptError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::from_json(&text)
     }
 
     fn conversation(&self, messages: &[ChatMessage]) -> Result<&Conversation, ProviderError> {
-        let first_user = messages.iter().find(|m| m.role == Role::User).map(ChatMessage::text).unwrap_or_default();
+        let first_user = messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(ChatMessage::text)
+            .unwrap_or_default();
         self.script
             .conversations
             .iter()
             .find(|c| c.pattern == "*" || first_user.contains(&c.pattern))
             .ok_or_else(|| {
-                ProviderError::Other(format!("scripted provider: no conversation matches {first_user:?}"))
+                ProviderError::Other(format!(
+                    "scripted provider: no conversation matches {first_user:?}"
+                ))
             })
     }
 
-    fn step<'a>(conversation: &'a Conversation, messages: &[ChatMessage]) -> Result<&'a Step, ProviderError> {
-        let index = messages.iter().filter(|m| m.role == Role::Assistant).count();
+    fn step<'a>(
+        conversation: &'a Conversation,
+        messages: &[ChatMessage],
+    ) -> Result<&'a Step, ProviderError> {
+        let index = messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
         match conversation.steps.get(index) {
             Some(step) => Ok(step),
             None => match conversation.steps.last() {
@@ -146,14 +166,24 @@ impl ScriptedProvider {
         step.tool_calls
             .iter()
             .map(|c| {
-                let id = c.id.clone().unwrap_or_else(|| format!("call_{}", self.next_id.fetch_add(1, Ordering::Relaxed)));
-                let mut arguments = if c.arguments.is_null() { "{}".to_owned() } else { c.arguments.to_string() };
+                let id = c.id.clone().unwrap_or_else(|| {
+                    format!("call_{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+                });
+                let mut arguments = if c.arguments.is_null() {
+                    "{}".to_owned()
+                } else {
+                    c.arguments.to_string()
+                };
                 if malformed {
                     // Cut the closing brace off, as a model that ran out of tokens would.
                     arguments.pop();
                     arguments.push_str(",\"");
                 }
-                ToolCallRequest { id, name: c.name.clone(), arguments }
+                ToolCallRequest {
+                    id,
+                    name: c.name.clone(),
+                    arguments,
+                }
             })
             .collect()
     }
@@ -181,10 +211,17 @@ impl Provider for ScriptedProvider {
     }
 
     fn capabilities(&self, _model: &str) -> Capabilities {
-        Capabilities { tools: self.script.tools, parallel_tool_calls: self.script.tools }
+        Capabilities {
+            tools: self.script.tools,
+            parallel_tool_calls: self.script.tools,
+        }
     }
 
-    async fn stream(&self, request: ProviderRequest, cancel: CancellationToken) -> Result<ProviderStream, ProviderError> {
+    async fn stream(
+        &self,
+        request: ProviderRequest,
+        cancel: CancellationToken,
+    ) -> Result<ProviderStream, ProviderError> {
         let conversation = self.conversation(&request.messages)?;
         let step = Self::step(conversation, &request.messages)?;
         if let Some(ms) = step.delay_ms {
@@ -207,23 +244,47 @@ impl Provider for ScriptedProvider {
 
         let tool_calls = self.tool_calls(step);
         let usage = match step.usage {
-            Some(u) => Usage { input_tokens: u.input_tokens, output_tokens: u.output_tokens },
+            Some(u) => Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+            },
             None => {
-                let input: usize = request.messages.iter().map(|m| m.text().len()).sum::<usize>() + request.system.len();
+                let input: usize = request
+                    .messages
+                    .iter()
+                    .map(|m| m.text().len())
+                    .sum::<usize>()
+                    + request.system.len();
                 let output: usize = chunks.iter().map(String::len).sum::<usize>()
-                    + tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>();
-                Usage { input_tokens: estimate_tokens(input), output_tokens: estimate_tokens(output) }
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.arguments.len() + c.name.len())
+                        .sum::<usize>();
+                Usage {
+                    input_tokens: estimate_tokens(input),
+                    output_tokens: estimate_tokens(output),
+                }
             }
         };
-        let finish = if tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        let finish = if tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
         let delay = step.chunk_delay_ms.map(Duration::from_millis);
 
-        let mut events: Vec<Result<ProviderEvent, ProviderError>> =
-            chunks.into_iter().map(|c| Ok(ProviderEvent::TextDelta(c))).collect();
+        let mut events: Vec<Result<ProviderEvent, ProviderError>> = chunks
+            .into_iter()
+            .map(|c| Ok(ProviderEvent::TextDelta(c)))
+            .collect();
         match error {
             Some(error) => events.push(Err(error)),
             None => {
-                events.extend(tool_calls.into_iter().map(|c| Ok(ProviderEvent::ToolCall(c))));
+                events.extend(
+                    tool_calls
+                        .into_iter()
+                        .map(|c| Ok(ProviderEvent::ToolCall(c))),
+                );
                 events.push(Ok(ProviderEvent::Usage(usage)));
                 events.push(Ok(ProviderEvent::Finish(finish)));
             }

@@ -16,9 +16,9 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use weft_bench::{median, rss_kib};
 use weft_core::{
-    AgentMemory, ChatMessage, EventSink, FinishReason, PermissionGate, Provider, ProviderError, ProviderEvent,
-    ProviderRequest, ProviderStream, RateCard, Role, Tool, ToolCallRequest, ToolContext, ToolError, Toolbelt,
-    TurnEnd, TurnSpec, Usage,
+    AgentMemory, ChatMessage, EventSink, FinishReason, PermissionGate, Provider, ProviderError,
+    ProviderEvent, ProviderRequest, ProviderStream, RateCard, Role, Tool, ToolCallRequest,
+    ToolContext, ToolError, Toolbelt, TurnEnd, TurnSpec, Usage,
 };
 use weft_protocol::{AgentConfig, PermissionMode, PolicyClass, ServerEvent, ToolCategory};
 
@@ -117,11 +117,22 @@ impl Provider for FakeModel {
         "w1-fake"
     }
 
-    async fn stream(&self, request: ProviderRequest, _cancel: CancellationToken) -> Result<ProviderStream, ProviderError> {
+    async fn stream(
+        &self,
+        request: ProviderRequest,
+        _cancel: CancellationToken,
+    ) -> Result<ProviderStream, ProviderError> {
         tokio::task::yield_now().await;
-        let results = request.messages.iter().filter(|m| m.role == Role::Tool).count();
+        let results = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .count();
         let round = results / P;
-        let usage = ProviderEvent::Usage(Usage { input_tokens: 10, output_tokens: 10 });
+        let usage = ProviderEvent::Usage(Usage {
+            input_tokens: 10,
+            output_tokens: 10,
+        });
         let mut events = Vec::with_capacity(24);
         if round < K {
             events.extend((0..P).map(|j| {
@@ -136,7 +147,11 @@ impl Provider for FakeModel {
         } else {
             match self.mode {
                 Mode::Gen => events.push(Ok(ProviderEvent::TextDelta(final_chunks().concat()))),
-                Mode::Stream => events.extend(final_chunks().into_iter().map(|c| Ok(ProviderEvent::TextDelta(c)))),
+                Mode::Stream => events.extend(
+                    final_chunks()
+                        .into_iter()
+                        .map(|c| Ok(ProviderEvent::TextDelta(c))),
+                ),
             }
             events.push(Ok(usage));
             events.push(Ok(ProviderEvent::Finish(FinishReason::Stop)));
@@ -222,7 +237,10 @@ impl Bench {
                 let read = async move {
                     let mut text = String::new();
                     while let Some(event) = rx.recv().await {
-                        if let ServerEvent::Chunk { content, depth: 0, .. } = event {
+                        if let ServerEvent::Chunk {
+                            content, depth: 0, ..
+                        } = event
+                        {
                             text.push_str(&content);
                         }
                     }
@@ -240,8 +258,13 @@ impl Bench {
 
 fn runtime(kind: Runtime) -> tokio::runtime::Runtime {
     let built = match kind {
-        Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        Runtime::MultiThread => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
+        Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Runtime::MultiThread => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build(),
     };
     match built {
         Ok(rt) => rt,
@@ -277,7 +300,10 @@ fn run_one(metric: Metric, mode: Mode, kind: Runtime) {
                     check(bench.clone().turn().await == expected, "final text");
                 }
                 let us = started.elapsed().as_secs_f64() * 1e6 / (T * K) as f64;
-                check(TOOL_CALLS.load(Ordering::Relaxed) - calls_before == (T * K * P) as u64, "tool counter");
+                check(
+                    TOOL_CALLS.load(Ordering::Relaxed) - calls_before == (T * K * P) as u64,
+                    "tool counter",
+                );
                 println!("{peer},overhead_per_round_{m},{us:.2},us");
             }
             Metric::Concurrent => {
@@ -286,19 +312,38 @@ fn run_one(metric: Metric, mode: Mode, kind: Runtime) {
                 weft_bench::counting::reset_peak();
                 MAX_IN_FLIGHT.store(0, Ordering::Relaxed);
                 let started = Instant::now();
-                let handles: Vec<_> = (0..N_CONC).map(|_| tokio::spawn(bench.clone().turn())).collect();
+                let handles: Vec<_> = (0..N_CONC)
+                    .map(|_| tokio::spawn(bench.clone().turn()))
+                    .collect();
                 for handle in handles {
-                    check(matches!(handle.await, Ok(ref text) if *text == expected), "final text");
+                    check(
+                        matches!(handle.await, Ok(ref text) if *text == expected),
+                        "final text",
+                    );
                 }
                 let wall = started.elapsed().as_secs_f64();
                 let (peak, _) = rss_kib();
-                check(TOOL_CALLS.load(Ordering::Relaxed) - calls_before == (N_CONC * K * P) as u64, "tool counter");
+                check(
+                    TOOL_CALLS.load(Ordering::Relaxed) - calls_before == (N_CONC * K * P) as u64,
+                    "tool counter",
+                );
                 println!("{peer},conc1000_wall_{m},{wall:.3},s");
-                println!("{peer},conc1000_peak_rss_{m},{:.1},MB", peak as f64 / 1024.0);
-                println!("{peer},conc1000_mem_per_turn_{m},{:.2},KB", peak.saturating_sub(rss_before) as f64 / N_CONC as f64);
-                let heap = weft_bench::counting::peak().saturating_sub(heap_before) as f64 / 1024.0 / N_CONC as f64;
+                println!(
+                    "{peer},conc1000_peak_rss_{m},{:.1},MB",
+                    peak as f64 / 1024.0
+                );
+                println!(
+                    "{peer},conc1000_mem_per_turn_{m},{:.2},KB",
+                    peak.saturating_sub(rss_before) as f64 / N_CONC as f64
+                );
+                let heap = weft_bench::counting::peak().saturating_sub(heap_before) as f64
+                    / 1024.0
+                    / N_CONC as f64;
                 println!("{peer},conc1000_heap_per_turn_{m},{heap:.2},KB");
-                println!("{peer},conc1000_max_inflight_{m},{},turns", MAX_IN_FLIGHT.load(Ordering::Relaxed));
+                println!(
+                    "{peer},conc1000_max_inflight_{m},{},turns",
+                    MAX_IN_FLIGHT.load(Ordering::Relaxed)
+                );
             }
         }
     });
@@ -319,9 +364,21 @@ fn run_all(reps: usize) {
                 // metric name → (unit, values over the reps)
                 let mut rows: Vec<(String, String, String, Vec<f64>)> = Vec::new();
                 for _ in 0..reps {
-                    let metric_arg = if metric == Metric::Sequential { "sequential" } else { "concurrent" };
+                    let metric_arg = if metric == Metric::Sequential {
+                        "sequential"
+                    } else {
+                        "concurrent"
+                    };
                     let out = Command::new(&exe)
-                        .args(["run", "--metric", metric_arg, "--mode", mode.name(), "--runtime", kind.arg()])
+                        .args([
+                            "run",
+                            "--metric",
+                            metric_arg,
+                            "--mode",
+                            mode.name(),
+                            "--runtime",
+                            kind.arg(),
+                        ])
                         .output();
                     let out = match out {
                         Ok(out) if out.status.success() => out,
@@ -336,11 +393,20 @@ fn run_all(reps: usize) {
                     };
                     for line in String::from_utf8_lossy(&out.stdout).lines() {
                         let cols: Vec<&str> = line.split(',').collect();
-                        let [peer, name, value, unit] = cols[..] else { continue };
-                        let Ok(value) = value.parse::<f64>() else { continue };
+                        let [peer, name, value, unit] = cols[..] else {
+                            continue;
+                        };
+                        let Ok(value) = value.parse::<f64>() else {
+                            continue;
+                        };
                         match rows.iter_mut().find(|r| r.1 == name) {
                             Some(row) => row.3.push(value),
-                            None => rows.push((peer.to_owned(), name.to_owned(), unit.to_owned(), vec![value])),
+                            None => rows.push((
+                                peer.to_owned(),
+                                name.to_owned(),
+                                unit.to_owned(),
+                                vec![value],
+                            )),
                         }
                     }
                 }
@@ -355,6 +421,10 @@ fn run_all(reps: usize) {
 fn main() {
     match Cli::parse().command {
         Cmd::All { reps } => run_all(reps),
-        Cmd::Run { metric, mode, runtime } => run_one(metric, mode, runtime),
+        Cmd::Run {
+            metric,
+            mode,
+            runtime,
+        } => run_one(metric, mode, runtime),
     }
 }

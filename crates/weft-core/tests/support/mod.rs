@@ -29,7 +29,11 @@ impl Provider for Recording {
     fn capabilities(&self, model: &str) -> weft_core::Capabilities {
         self.inner.capabilities(model)
     }
-    async fn stream(&self, request: ProviderRequest, cancel: CancellationToken) -> Result<ProviderStream, ProviderError> {
+    async fn stream(
+        &self,
+        request: ProviderRequest,
+        cancel: CancellationToken,
+    ) -> Result<ProviderStream, ProviderError> {
         self.requests.lock().push(request.clone());
         self.inner.stream(request, cancel).await
     }
@@ -51,7 +55,10 @@ impl Harness {
     pub fn new(script: Value) -> Self {
         let inner: Arc<dyn Provider> = Arc::new(ScriptedProvider::from_value(script).unwrap());
         Harness {
-            provider: Arc::new(Recording { inner, requests: Mutex::new(Vec::new()) }),
+            provider: Arc::new(Recording {
+                inner,
+                requests: Mutex::new(Vec::new()),
+            }),
             tools: vec![Arc::new(weft_core::RunSubtaskTool)],
             config: AgentConfig::default(),
             gate: PermissionGate::new(PermissionMode::Auto),
@@ -115,28 +122,68 @@ impl Harness {
 /// A compact, stable line per event, for asserting whole sequences.
 pub fn line(event: &ServerEvent) -> String {
     match event {
-        ServerEvent::Chunk { content, depth, parent_id, .. } => {
+        ServerEvent::Chunk {
+            content,
+            depth,
+            parent_id,
+            ..
+        } => {
             format!("chunk d{depth}{} {content:?}", parent(parent_id))
         }
-        ServerEvent::ToolCallUpdate { tool_call_id, name, status: ToolCallStatus::Start, depth, parent_id, .. } => {
+        ServerEvent::ToolCallUpdate {
+            tool_call_id,
+            name,
+            status: ToolCallStatus::Start,
+            depth,
+            parent_id,
+            ..
+        } => {
             format!("start d{depth}{} {name}#{tool_call_id}", parent(parent_id))
         }
         ServerEvent::ToolCallUpdate {
-            tool_call_id, name, status: ToolCallStatus::End, depth, parent_id, is_error, ..
+            tool_call_id,
+            name,
+            status: ToolCallStatus::End,
+            depth,
+            parent_id,
+            is_error,
+            ..
         } => {
-            let err = if *is_error == Some(true) { " ERROR" } else { "" };
-            format!("end d{depth}{} {name}#{tool_call_id}{err}", parent(parent_id))
+            let err = if *is_error == Some(true) {
+                " ERROR"
+            } else {
+                ""
+            };
+            format!(
+                "end d{depth}{} {name}#{tool_call_id}{err}",
+                parent(parent_id)
+            )
         }
-        ServerEvent::ToolApprovalRequest { tool_call_id, name, .. } => format!("approval? {name}#{tool_call_id}"),
-        ServerEvent::ToolApprovalResolved { tool_call_id, decision } => format!("approval! {tool_call_id} {decision}"),
-        ServerEvent::BudgetExceeded { reason, limit, observed, ends_turn, .. } => format!(
+        ServerEvent::ToolApprovalRequest {
+            tool_call_id, name, ..
+        } => format!("approval? {name}#{tool_call_id}"),
+        ServerEvent::ToolApprovalResolved {
+            tool_call_id,
+            decision,
+        } => format!("approval! {tool_call_id} {decision}"),
+        ServerEvent::BudgetExceeded {
+            reason,
+            limit,
+            observed,
+            ends_turn,
+            ..
+        } => format!(
             "budget {} {}/{}{}",
             reason.as_str(),
             observed.0,
             limit.0,
             if *ends_turn { " END" } else { "" }
         ),
-        ServerEvent::CostSummary { llm_calls, tool_calls, .. } => format!("cost llm={llm_calls} tools={tool_calls}"),
+        ServerEvent::CostSummary {
+            llm_calls,
+            tool_calls,
+            ..
+        } => format!("cost llm={llm_calls} tools={tool_calls}"),
         other => format!("{other:?}"),
     }
 }
@@ -154,11 +201,16 @@ pub fn result_of(events: &[ServerEvent], id: &str) -> (String, bool) {
     events
         .iter()
         .find_map(|e| match e {
-            ServerEvent::ToolCallUpdate { tool_call_id, status: ToolCallStatus::End, result, is_error, .. }
-                if tool_call_id == id =>
-            {
-                Some((result.clone().unwrap_or_default(), is_error.unwrap_or(false)))
-            }
+            ServerEvent::ToolCallUpdate {
+                tool_call_id,
+                status: ToolCallStatus::End,
+                result,
+                is_error,
+                ..
+            } if tool_call_id == id => Some((
+                result.clone().unwrap_or_default(),
+                is_error.unwrap_or(false),
+            )),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no end event for {id}"))
@@ -169,11 +221,12 @@ pub fn metadata_of(events: &[ServerEvent], id: &str) -> weft_protocol::ToolResul
     events
         .iter()
         .find_map(|e| match e {
-            ServerEvent::ToolCallUpdate { tool_call_id, status: ToolCallStatus::End, metadata, .. }
-                if tool_call_id == id =>
-            {
-                metadata.clone()
-            }
+            ServerEvent::ToolCallUpdate {
+                tool_call_id,
+                status: ToolCallStatus::End,
+                metadata,
+                ..
+            } if tool_call_id == id => metadata.as_deref().cloned(),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no metadata for {id}"))
@@ -182,11 +235,20 @@ pub fn metadata_of(events: &[ServerEvent], id: &str) -> weft_protocol::ToolResul
 /// Every tool call in the history has exactly one result.
 pub fn assert_no_orphans(history: &[ChatMessage]) {
     use weft_core::Role;
-    let calls: Vec<&str> =
-        history.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str())).collect();
-    let results: Vec<&str> =
-        history.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.as_deref()).collect();
+    let calls: Vec<&str> = history
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()))
+        .collect();
+    let results: Vec<&str> = history
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
     for id in &calls {
-        assert_eq!(results.iter().filter(|r| *r == id).count(), 1, "call {id} must have exactly one result");
+        assert_eq!(
+            results.iter().filter(|r| *r == id).count(),
+            1,
+            "call {id} must have exactly one result"
+        );
     }
 }
