@@ -442,3 +442,50 @@ async fn write_tools_respect_the_category_in_events() {
         .iter()
         .any(|e| matches!(e, ServerEvent::ToolApprovalRequest { .. })));
 }
+
+#[tokio::test]
+async fn tree_previews_are_capped_at_500_characters() {
+    let long = "ü".repeat(2000);
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("p", "echo", json!({"text": long}))]), {"text": "ok"}
+    ]}]}))
+    .tool(TestTool::new("echo"));
+    let (outcome, _) = h.run().await;
+    let node = &outcome.tree.nodes[0];
+    assert_eq!(node.args_preview.as_ref().unwrap().chars().count(), 500);
+    assert_eq!(node.result_preview.as_ref().unwrap().chars().count(), 500);
+    assert!(node.args_preview.as_ref().unwrap().ends_with('…'));
+}
+
+#[tokio::test]
+async fn every_model_call_is_accounted() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "echo", "arguments": {}}], "usage": {"input_tokens": 7, "output_tokens": 3}},
+        {"text": "ok", "usage": {"input_tokens": 11, "output_tokens": 2}}
+    ]}]}))
+    .tool(TestTool::new("echo"));
+    let (outcome, _) = h.run().await;
+    let calls: Vec<_> = outcome
+        .model_calls
+        .iter()
+        .map(|c| (c.depth, c.input_tokens, c.output_tokens, c.error.clone()))
+        .collect();
+    assert_eq!(calls, vec![(0, 7, 3, None), (0, 11, 2, None)]);
+    assert_eq!(
+        (outcome.provider.as_str(), outcome.model.as_str()),
+        ("scripted", "test-model")
+    );
+    assert_eq!(
+        (
+            outcome.totals.input_tokens,
+            outcome.totals.output_tokens,
+            outcome.totals.llm_calls
+        ),
+        (18, 5, 2)
+    );
+    assert_eq!(outcome.tool_calls.len(), outcome.tree.nodes.len());
+    assert_eq!(
+        outcome.tool_calls[0].status,
+        Some(ToolResultStatus::Success)
+    );
+}
