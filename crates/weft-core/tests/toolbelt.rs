@@ -1,4 +1,5 @@
 //! Toolbelt composition: registered ∩ allowed by policy ∩ unlocked by context.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

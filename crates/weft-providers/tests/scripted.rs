@@ -1,4 +1,5 @@
 //! The scripted provider follows PROTOCOL.md: matching, steps, repeat, chunks, usage, faults.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
