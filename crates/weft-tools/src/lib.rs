@@ -1,0 +1,24 @@
+//! Weft's built-in tools. Each declares its policy class and permission category; the
+//! workspace tools enforce the policy's root themselves.
+
+pub mod files;
+pub mod memory;
+pub mod todo;
+pub mod workspace;
+
+use std::sync::Arc;
+
+use weft_core::Tool;
+
+/// Every built-in tool plus `run_subtask`, ready for `compose_toolbelt`.
+pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(weft_core::RunSubtaskTool),
+        Arc::new(files::ReadFile),
+        Arc::new(files::WriteFile),
+        Arc::new(memory::MemoryList),
+        Arc::new(memory::MemoryRead),
+        Arc::new(memory::MemoryWrite),
+        Arc::new(todo::TodoWrite),
+    ]
+}

@@ -1,0 +1,58 @@
+//! `todo_write`: the agent's visible task list, kept in the turn's memory under `todos`.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use weft_core::{Tool, ToolContext, ToolError};
+use weft_protocol::{PolicyClass, ToolCategory};
+
+pub const TODOS_KEY: &str = "todos";
+
+#[derive(Deserialize)]
+struct Todo {
+    content: String,
+    status: String,
+}
+
+pub struct TodoWrite;
+
+#[async_trait]
+impl Tool for TodoWrite {
+    fn name(&self) -> &str {
+        "todo_write"
+    }
+    fn description(&self) -> &str {
+        "Replace your todo list for this task: each item has `content` and a `status` (pending, in_progress, completed)."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"todos": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"content": {"type": "string"}, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
+            "required": ["content", "status"]
+        }}}, "required": ["todos"]})
+    }
+    fn policy_class(&self) -> PolicyClass {
+        PolicyClass::Safe
+    }
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Read
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let todos: Vec<Todo> = serde_json::from_value(args.get("todos").cloned().unwrap_or(Value::Null))
+            .map_err(|e| ToolError::model(format!("`todos` must be a list of {{content, status}}: {e}")))?;
+        let lines: Vec<String> = todos
+            .iter()
+            .map(|t| {
+                let mark = match t.status.as_str() {
+                    "completed" => "[x]",
+                    "in_progress" => "[~]",
+                    _ => "[ ]",
+                };
+                format!("{mark} {}", t.content)
+            })
+            .collect();
+        ctx.memory.set(TODOS_KEY, args.get("todos").map(Value::to_string).unwrap_or_default());
+        let done = todos.iter().filter(|t| t.status == "completed").count();
+        Ok(format!("{done}/{} done\n{}", todos.len(), lines.join("\n")))
+    }
+}
