@@ -1,0 +1,111 @@
+//! The `weft` binary: `serve` the chat-agent server, `migrate` the database.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use weft_server::{AppState, Config, Providers};
+use weft_store::Store;
+
+#[derive(Parser)]
+#[command(name = "weft", version, about = "Weft: a websocket chat-agent server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve {
+        /// Config file (default: config/default.toml when present).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on (overrides config and WEFT_BIND).
+        #[arg(long)]
+        bind: Option<String>,
+    },
+    /// Apply database migrations and exit.
+    Migrate {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve { config, bind } => serve(config, bind).await,
+        Command::Migrate { config } => {
+            let config = Config::load(config.as_deref())?;
+            let store = Store::connect(&config.database.url).await?;
+            store.migrate().await?;
+            println!("migrations applied to {}", redact(&config.database.url));
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Result<()> {
+    let mut config = Config::load(config_path.as_deref())?;
+    if let Some(bind) = bind {
+        config.server.bind = bind;
+    }
+    let store = Store::connect(&config.database.url)
+        .await
+        .with_context(|| format!("cannot open the database {}", redact(&config.database.url)))?;
+    store.migrate().await.context("cannot apply migrations")?;
+    let providers = Providers::from_config(&config)?;
+    if providers.is_demo() {
+        tracing::warn!("DEMO MODE: no model is configured, a built-in script answers. Set OPENAI_API_KEY, ANTHROPIC_API_KEY or OPENAI_BASE_URL for a real model.");
+    }
+    let listener = tokio::net::TcpListener::bind(&config.server.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.bind))?;
+    let addr: SocketAddr = listener.local_addr()?;
+    let state = AppState::new(config, store, providers, addr).await?;
+    weft_server::serve(state, listener, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// A database URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}

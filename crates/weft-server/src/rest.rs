@@ -1,0 +1,106 @@
+//! REST for callers without a socket: threads, messages, health, metrics.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::auth::{authenticate, User};
+use crate::persist::{rfc3339, to_wire};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct KeyQuery {
+    api_key: Option<String>,
+}
+
+type Rest<T> = Result<T, Response>;
+
+fn problem(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "REST request failed");
+    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see the server log")
+}
+
+async fn user(state: &AppState, headers: &HeaderMap, query: &KeyQuery) -> Rest<User> {
+    authenticate(state, headers, query.api_key.as_deref())
+        .await
+        .map_err(|status| problem(status, "unauthorized", "a valid API key is required"))
+}
+
+async fn owned(state: &AppState, user: &User, id: &str) -> Rest<()> {
+    match state.store.thread(id).await.map_err(internal)? {
+        None => Err(problem(StatusCode::NOT_FOUND, "thread_not_found", "no such thread")),
+        Some(row) if row.owner != user.id => {
+            Err(problem(StatusCode::FORBIDDEN, "forbidden", "that thread belongs to another user"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+pub async fn list_threads(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(q): Query<KeyQuery>) -> Rest<Response> {
+    let user = user(&state, &headers, &q).await?;
+    let threads = state.store.threads_of(&user.id).await.map_err(internal)?;
+    let body: Vec<_> = threads
+        .iter()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "title": t.title,
+                "permission_mode": t.permission_mode,
+                "created_at": rfc3339(t.created_at),
+                "updated_at": rfc3339(t.updated_at),
+                "active": state.hub.get(&t.id).is_some_and(|r| r.is_active()),
+            })
+        })
+        .collect();
+    Ok(Json(body).into_response())
+}
+
+pub async fn thread_messages(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(q): Query<KeyQuery>,
+) -> Rest<Response> {
+    let user = user(&state, &headers, &q).await?;
+    owned(&state, &user, &id).await?;
+    let rows = state.store.messages(&id).await.map_err(internal)?;
+    Ok(Json(rows.iter().map(to_wire).collect::<Vec<_>>()).into_response())
+}
+
+pub async fn delete_thread(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(q): Query<KeyQuery>,
+) -> Rest<Response> {
+    let user = user(&state, &headers, &q).await?;
+    owned(&state, &user, &id).await?;
+    if let Some(runtime) = state.hub.remove(&id) {
+        runtime.stop();
+    }
+    state.store.delete_thread(&id).await.map_err(internal)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "health check: database unavailable");
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "database unavailable"}))).into_response()
+        }
+    }
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render()).into_response()
+}

@@ -1,0 +1,256 @@
+//! The chat-agent runner: set up a turn (thread, permission mode, user message, history,
+//! toolbelt, system prompt), run it through its execution mode, stream every event with
+//! `seq`, and persist what it produced however it ended.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use weft_core::{
+    compose_toolbelt, prompts, AgentMemory, EventSink, ExecutionMode, ToolPolicy, TurnEnd, TurnOutcome, TurnSpec,
+};
+use weft_protocol::{
+    ChatMessageData, ErrorCode, PermissionMode, PolicyClass, ServerEvent, ToolCallStatus,
+};
+use weft_store::{new_id, now_ms, ApprovalRow, NewMessage};
+
+use crate::commands::{internal, Connection, Refusal};
+use crate::history::provider_history;
+use crate::metrics::{DirectionLabel, EndLabel};
+use crate::persist::{persist_turn, to_wire, TurnRecord};
+use crate::state::AppState;
+use crate::threads::ThreadRuntime;
+
+/// Validate and start a chat turn; it then runs on its own task.
+pub async fn start_turn(conn: &Connection, data: ChatMessageData) -> Result<(), Refusal> {
+    let state = &conn.state;
+    let mode_name = data.mode.clone().unwrap_or_else(|| "classic".to_owned());
+    let mode = state.modes.get(Some(&mode_name)).map_err(|e| (ErrorCode::UnknownMode, e.to_string()))?;
+    let (provider_name, provider) =
+        state.providers.get(data.provider.as_deref()).map_err(|e| (ErrorCode::InvalidField, e))?;
+    let model = state.providers.model_for(&provider_name, data.model.as_deref());
+    let text = data.content.text();
+    if text.trim().is_empty() && matches!(data.content, weft_protocol::MessageContent::Text(_)) {
+        return Err((ErrorCode::InvalidField, "content is empty".into()));
+    }
+
+    let thread_id = data.thread_id.clone().unwrap_or_else(new_id);
+    let row = match state.store.thread(&thread_id).await.map_err(internal)? {
+        Some(row) if row.owner != conn.user.id => {
+            return Err((ErrorCode::Forbidden, "that thread belongs to another user".into()))
+        }
+        Some(row) => row,
+        None => {
+            let title: String = text.chars().take(80).collect();
+            state.store.create_thread(&thread_id, &conn.user.id, PermissionMode::Default.as_str(), &title).await.map_err(internal)?
+        }
+    };
+    let stored_mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
+    let runtime = state.hub.get_or_insert(&row.id, &row.owner, stored_mode);
+    let cancel = CancellationToken::new();
+    if !runtime.try_begin(cancel.clone()) {
+        return Err((ErrorCode::TurnInProgress, format!("thread `{thread_id}` already has a turn running; send stop first")));
+    }
+    match prepare(conn, &runtime, &data, mode_name, mode, provider_name, provider, model, cancel).await {
+        Ok(()) => Ok(()),
+        Err(refusal) => {
+            runtime.end();
+            Err(refusal)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn prepare(
+    conn: &Connection,
+    runtime: &Arc<ThreadRuntime>,
+    data: &ChatMessageData,
+    mode_name: String,
+    mode: Arc<dyn ExecutionMode>,
+    provider_name: String,
+    provider: Arc<dyn weft_core::Provider>,
+    model: String,
+    cancel: CancellationToken,
+) -> Result<(), Refusal> {
+    let state = &conn.state;
+    if let Some(mode) = data.permission_mode {
+        runtime.gate.set_mode(mode);
+        state.store.set_thread_mode(&runtime.id, mode.as_str()).await.map_err(internal)?;
+    }
+    let permission_mode = runtime.gate.mode();
+    runtime.subscribe(conn.id, conn.tx.clone());
+
+    state
+        .store
+        .insert_message(&NewMessage {
+            id: new_id(),
+            thread_id: runtime.id.clone(),
+            role: "user".to_owned(),
+            content: serde_json::to_value(&data.content).unwrap_or_else(|_| json!("")),
+            execution_tree: None,
+            permission_mode: Some(permission_mode.as_str().to_owned()),
+            status: "completed".to_owned(),
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: 0.0,
+            created_at: now_ms(),
+        })
+        .await
+        .map_err(internal)?;
+    let rows = state.store.messages(&runtime.id).await.map_err(internal)?;
+    let history = provider_history(&rows, state.agent.max_history_tokens);
+
+    let context = data.chat_context();
+    let mut policy = ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
+    policy.allow_private_network = state.config.policy.allow_private_network;
+    if state.config.policy.allow_secrets {
+        policy.classes.insert(PolicyClass::Secrets);
+    }
+    let toolbelt = compose_toolbelt(&state.tools, &policy, &context);
+    let can_delegate = state.agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
+    let mut system_prompt = prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
+    if let Some(hint) = mode.prompt_hint() {
+        system_prompt.push_str("\n\n");
+        system_prompt.push_str(hint);
+    }
+
+    let message_id = new_id();
+    runtime.publish(ServerEvent::TurnStarted {
+        message_id: message_id.clone(),
+        permission_mode,
+        mode: mode_name,
+    });
+    let spec = TurnSpec {
+        provider,
+        model,
+        system_prompt,
+        history,
+        toolbelt,
+        config: state.agent.clone(),
+        gate: runtime.gate.clone(),
+        rate_card: state.rate_card.clone(),
+        events: EventSink::detached(),
+        cancel,
+        memory: AgentMemory::new(),
+        workspace_root: state.workspace_root.clone(),
+    };
+    let turn = TurnTask {
+        state: state.clone(),
+        runtime: runtime.clone(),
+        user_id: conn.user.id.clone(),
+        message_id,
+        permission_mode,
+        provider_name,
+    };
+    state.turns.spawn(turn.run(spec, mode));
+    Ok(())
+}
+
+struct TurnTask {
+    state: Arc<AppState>,
+    runtime: Arc<ThreadRuntime>,
+    user_id: String,
+    message_id: String,
+    permission_mode: PermissionMode,
+    provider_name: String,
+}
+
+impl TurnTask {
+    async fn run(self, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
+        self.state.metrics.active_turns.inc();
+        let (sink, mut events) = EventSink::channel();
+        spec.events = sink;
+        let run = mode.run(spec);
+        tokio::pin!(run);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut run => break outcome,
+                Some(event) = events.recv() => self.forward(event).await,
+            }
+        };
+        while let Ok(event) = events.try_recv() {
+            self.forward(event).await;
+        }
+        self.finish(outcome).await;
+        self.runtime.end();
+        self.state.metrics.active_turns.dec();
+    }
+
+    /// Side effects of an event (approval records, counters), then out to the clients.
+    async fn forward(&self, event: ServerEvent) {
+        let store = &self.state.store;
+        match &event {
+            ServerEvent::ToolApprovalRequest { tool_call_id, name, args, .. } => {
+                self.state.hub.note_approval(tool_call_id, &self.runtime.id);
+                let row = ApprovalRow {
+                    id: tool_call_id.clone(),
+                    thread_id: self.runtime.id.clone(),
+                    tool: name.clone(),
+                    arguments: args.to_string(),
+                    status: "pending".to_owned(),
+                    created_at: now_ms(),
+                    decided_at: None,
+                };
+                if let Err(e) = store.insert_approval(&row).await {
+                    tracing::error!(error = %e, "cannot record an approval request");
+                }
+            }
+            ServerEvent::ToolApprovalResolved { tool_call_id, decision } => {
+                self.state.hub.forget_approval(tool_call_id);
+                let status = match decision.as_str() {
+                    "allow" | "allow_for_chat" => "approved",
+                    "timed_out" => "timed_out",
+                    _ => "rejected",
+                };
+                if let Err(e) = store.decide_approval(tool_call_id, status).await {
+                    tracing::error!(error = %e, "cannot record an approval outcome");
+                }
+            }
+            ServerEvent::ToolCallUpdate { status: ToolCallStatus::Start, .. } => {
+                self.state.metrics.tool_calls.inc();
+            }
+            _ => {}
+        }
+        self.runtime.publish(event);
+    }
+
+    /// Persist, then tell the clients: the stored message, any error, the final chunk.
+    async fn finish(&self, outcome: TurnOutcome) {
+        let metrics = &self.state.metrics;
+        metrics.model_calls.inc_by(outcome.model_calls.len() as u64);
+        metrics.tokens.get_or_create(&DirectionLabel { direction: "input".into() }).inc_by(outcome.totals.input_tokens);
+        metrics.tokens.get_or_create(&DirectionLabel { direction: "output".into() }).inc_by(outcome.totals.output_tokens);
+        metrics.turns.get_or_create(&EndLabel { end: crate::persist::end_status(&outcome.end).into() }).inc();
+
+        let record = TurnRecord {
+            thread_id: &self.runtime.id,
+            message_id: &self.message_id,
+            user_id: &self.user_id,
+            permission_mode: self.permission_mode,
+        };
+        match persist_turn(&self.state.store, &record, &outcome).await {
+            Ok(message) => {
+                self.runtime.publish(ServerEvent::Message { message: to_wire(&message) });
+            }
+            Err(e) => {
+                tracing::error!(error = %e, thread = %self.runtime.id, "cannot persist a turn");
+                self.publish_error(ErrorCode::Internal, "the turn could not be saved; see the server log".into());
+            }
+        }
+        match &outcome.end {
+            TurnEnd::ProviderError(message) => {
+                self.publish_error(ErrorCode::ProviderError, format!("{} failed: {message}", self.provider_name))
+            }
+            TurnEnd::ToolAborted(message) | TurnEnd::Failed(message) => {
+                self.publish_error(ErrorCode::Internal, message.clone())
+            }
+            TurnEnd::Completed | TurnEnd::BudgetExceeded(_) | TurnEnd::Cancelled => {}
+        }
+        self.runtime.publish(ServerEvent::Chunk { content: String::new(), done: true, parent_id: None, depth: 0 });
+    }
+
+    fn publish_error(&self, code: ErrorCode, message: String) {
+        self.state.metrics.error(code);
+        self.runtime.publish(ServerEvent::error(code, message, None));
+    }
+}
