@@ -1,0 +1,219 @@
+//! Integration harness: the real server on an ephemeral port, a real websocket client, and
+//! PostgreSQL (or SQLite with `WEFT_TEST_DB=sqlite`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use weft_server::{AppState, Config, Providers};
+use weft_store::testing::TestDb;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    pub workspace: std::path::PathBuf,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    db: Option<TestDb>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn use_sqlite() -> bool {
+    std::env::var("WEFT_TEST_DB").is_ok_and(|v| v == "sqlite")
+}
+
+impl TestServer {
+    pub async fn start(script: Value) -> TestServer {
+        Self::start_with(script, |_| {}).await
+    }
+
+    pub async fn start_with(script: Value, configure: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let script_path = dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        let workspace = dir.path().join("workspace");
+        let mut config = Config::default();
+        config.providers.scripted.script = Some(script_path);
+        config.provider.default = Some("scripted".into());
+        config.policy.workspace_root = workspace.clone();
+        config.server.shutdown_timeout_ms = 5_000;
+        configure(&mut config);
+
+        let db = if use_sqlite() { TestDb::sqlite(dir.path()).await.unwrap() } else { TestDb::postgres().await.unwrap() };
+        let providers = Providers::from_config(&config).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = AppState::new(config, db.store.clone(), providers, addr).await.unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(weft_server::serve(state.clone(), listener, async move {
+            let _ = rx.await;
+        }));
+        let workspace = workspace.canonicalize().unwrap();
+        TestServer { addr, state, workspace, shutdown: Some(tx), handle: Some(handle), db: Some(db), _dir: dir }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn client(&self) -> Client {
+        self.client_with_key(None).await.unwrap()
+    }
+
+    pub async fn client_with_key(&self, key: Option<&str>) -> Result<Client, u16> {
+        let mut request = format!("ws://{}/ws", self.addr).into_client_request().unwrap();
+        if let Some(key) = key {
+            request.headers_mut().insert("Authorization", format!("Bearer {key}").parse().unwrap());
+        }
+        match tokio_tungstenite::connect_async(request).await {
+            Ok((ws, _)) => Ok(Client { ws }),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => Err(response.status().as_u16()),
+            Err(e) => panic!("connect failed: {e}"),
+        }
+    }
+
+    pub async fn get(&self, path: &str, key: Option<&str>) -> (u16, Value) {
+        let mut req = reqwest::Client::new().get(self.url(path));
+        if let Some(key) = key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Shut down (as on SIGTERM) and wait for the server to finish.
+    pub async fn stop(mut self) {
+        self.shutdown_and_wait().await;
+        if let Some(db) = self.db.take() {
+            let _ = db.drop_database().await;
+        }
+    }
+
+    pub async fn shutdown_and_wait(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            tokio::time::timeout(Duration::from_secs(20), handle).await.unwrap().unwrap().unwrap();
+        }
+    }
+
+    pub fn store(&self) -> &weft_store::Store {
+        &self.state.store
+    }
+}
+
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Client {
+    pub async fn send(&mut self, frame: Value) {
+        self.ws.send(Message::Text(frame.to_string().into())).await.unwrap();
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::Text(text.to_owned().into())).await.unwrap();
+    }
+
+    pub async fn send_msgpack(&mut self, frame: &Value) {
+        let bytes = rmp_serde::to_vec_named(frame).unwrap();
+        self.ws.send(Message::Binary(bytes.into())).await.unwrap();
+    }
+
+    /// Start a chat turn.
+    pub async fn chat(&mut self, thread_id: Option<&str>, content: &str, extra: Value) {
+        let mut data = json!({"content": content});
+        if let Some(id) = thread_id {
+            data["thread_id"] = json!(id);
+        }
+        if let Value::Object(extra) = extra {
+            for (k, v) in extra {
+                data[k] = v;
+            }
+        }
+        self.send(json!({"command": "chat_message", "request_id": "r1", "data": data})).await;
+    }
+
+    /// The next frame (JSON or MessagePack), or `{"type": "__closed", "code": …}`.
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(15), self.ws.next()).await.expect("timed out waiting for a frame");
+            match next {
+                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+                Some(Ok(Message::Binary(b))) => {
+                    let mut v: Value = rmp_serde::from_slice(&b).unwrap();
+                    v["__binary"] = json!(true);
+                    return v;
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    return json!({"type": "__closed", "code": frame.map(|f| u16::from(f.code))});
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return json!({"type": "__closed", "error": e.to_string()}),
+                None => return json!({"type": "__closed"}),
+            }
+        }
+    }
+
+    /// Frames up to and including the first that matches.
+    pub async fn recv_until(&mut self, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.recv().await;
+            let stop = done(&frame) || frame["type"] == "__closed";
+            frames.push(frame);
+            if stop {
+                return frames;
+            }
+        }
+    }
+
+    /// Frames until the turn's final `chunk {done: true}`.
+    pub async fn turn(&mut self) -> Vec<Value> {
+        self.recv_until(|f| f["type"] == "chunk" && f["done"] == true).await
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
+
+pub fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f["type"] == kind).collect()
+}
+
+pub fn text_of(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "chunk" && f["depth"] == 0)
+        .filter_map(|f| f["content"].as_str())
+        .collect()
+}
+
+pub fn thread_of(frames: &[Value]) -> String {
+    frames.iter().find_map(|f| f["thread_id"].as_str()).unwrap().to_owned()
+}
+
+/// A compact line per frame for sequence assertions.
+pub fn kinds(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| match f["type"].as_str().unwrap_or("?") {
+            "chunk" if f["done"] == true => "done".to_owned(),
+            "chunk" => format!("chunk d{}", f["depth"]),
+            "tool_call_update" => format!("{} {} d{}", f["status"].as_str().unwrap(), f["name"].as_str().unwrap(), f["depth"]),
+            other => other.to_owned(),
+        })
+        .collect()
+}
