@@ -12,4 +12,6 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q
   for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
 fi
 
-cargo test --workspace --locked "$@"
+# The whole suite against PostgreSQL, then the server and store suites again on embedded SQLite.
+WEFT_TEST_DB=postgres cargo test --workspace --locked "$@"
+WEFT_TEST_DB=sqlite cargo test --locked -p weft-server "$@"

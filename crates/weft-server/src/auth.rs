@@ -22,7 +22,11 @@ pub fn presented_key(headers: &HeaderMap, query_key: Option<&str>) -> Option<Str
         .filter(|k| !k.is_empty())
 }
 
-pub async fn authenticate(state: &AppState, headers: &HeaderMap, query_key: Option<&str>) -> Result<User, StatusCode> {
+pub async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    query_key: Option<&str>,
+) -> Result<User, StatusCode> {
     match presented_key(headers, query_key) {
         Some(key) => match state.store.user_for_key(&key).await {
             Ok(Some(id)) => Ok(User { id, key: Some(key) }),
@@ -32,7 +36,10 @@ pub async fn authenticate(state: &AppState, headers: &HeaderMap, query_key: Opti
                 Err(StatusCode::SERVICE_UNAVAILABLE)
             }
         },
-        None if state.local_user_allowed => Ok(User { id: LOCAL_USER.to_owned(), key: None }),
+        None if state.local_user_allowed => Ok(User {
+            id: LOCAL_USER.to_owned(),
+            key: None,
+        }),
         None => Err(StatusCode::UNAUTHORIZED),
     }
 }

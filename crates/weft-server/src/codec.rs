@@ -20,7 +20,11 @@ pub fn decode_msgpack(bytes: &[u8]) -> Result<Value, String> {
 
 pub fn encode(frame: &ServerFrame, wire: Wire) -> Option<Message> {
     match wire {
-        Wire::Json => serde_json::to_string(frame).ok().map(|s| Message::Text(s.into())),
-        Wire::MsgPack => rmp_serde::to_vec_named(frame).ok().map(|b| Message::Binary(b.into())),
+        Wire::Json => serde_json::to_string(frame)
+            .ok()
+            .map(|s| Message::Text(s.into())),
+        Wire::MsgPack => rmp_serde::to_vec_named(frame)
+            .ok()
+            .map(|b| Message::Binary(b.into())),
     }
 }

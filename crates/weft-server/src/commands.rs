@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use weft_protocol::{
-    decode_inbound, ApprovalDecision, ChatMessageData, ClientCommand, ControlFrame, ErrorCode, InboundFrame,
-    ServerEvent, ServerFrame,
+    decode_inbound, ApprovalDecision, ChatMessageData, ClientCommand, ControlFrame, ErrorCode,
+    InboundFrame, ServerEvent, ServerFrame,
 };
 use weft_store::ThreadRow;
 
@@ -38,7 +38,11 @@ pub fn route(data: &ChatMessageData) -> Route {
     if data.workflow_target.as_deref() == Some("workflow") {
         return Route::Workflow;
     }
-    if data.media_generation.as_ref().is_some_and(|m| m.mode != "chat") {
+    if data
+        .media_generation
+        .as_ref()
+        .is_some_and(|m| m.mode != "chat")
+    {
         return Route::Media;
     }
     Route::Chat
@@ -46,7 +50,9 @@ pub fn route(data: &ChatMessageData) -> Route {
 
 impl Connection {
     pub fn send(&self, event: ServerEvent) {
-        let _ = self.tx.send(Outbound::Frame(Arc::new(ServerFrame::bare(event))));
+        let _ = self
+            .tx
+            .send(Outbound::Frame(Arc::new(ServerFrame::bare(event))));
     }
 
     pub fn error(&self, code: ErrorCode, message: impl Into<String>, request_id: Option<String>) {
@@ -116,12 +122,17 @@ impl Connection {
                 let mode = change.permission_mode;
                 let runtime = self.state.hub.get_or_insert(&row.id, &row.owner, mode);
                 runtime.gate.set_mode(mode);
-                self.state.store.set_thread_mode(&row.id, mode.as_str()).await.map_err(internal)?;
+                self.state
+                    .store
+                    .set_thread_mode(&row.id, mode.as_str())
+                    .await
+                    .map_err(internal)?;
                 Ok(())
             }
             ClientCommand::ResumeChat(resume) => {
                 let row = self.owned_thread(&resume.thread_id).await?;
-                let mode = weft_protocol::PermissionMode::parse(&row.permission_mode).unwrap_or_default();
+                let mode =
+                    weft_protocol::PermissionMode::parse(&row.permission_mode).unwrap_or_default();
                 let runtime = self.state.hub.get_or_insert(&row.id, &row.owner, mode);
                 runtime.resume(self.id, self.tx.clone(), resume.last_seq);
                 Ok(())
@@ -135,7 +146,10 @@ impl Connection {
                 self.send(ServerEvent::Pong);
                 Ok(())
             }
-            ControlFrame::ToolApprovalResponse { tool_call_id, decision } => self.answer_approval(&tool_call_id, decision),
+            ControlFrame::ToolApprovalResponse {
+                tool_call_id,
+                decision,
+            } => self.answer_approval(&tool_call_id, decision),
             ControlFrame::ClientToolsManifest { tools } => {
                 // Client-run `ui_*` tools join the toolbelt only in the editor context,
                 // which this server does not offer yet; the manifest is accepted.
@@ -149,12 +163,28 @@ impl Connection {
         }
     }
 
-    fn answer_approval(&self, tool_call_id: &str, decision: ApprovalDecision) -> Result<(), Refusal> {
-        let not_pending = || (ErrorCode::InvalidField, format!("no approval `{tool_call_id}` is pending"));
-        let thread_id = self.state.hub.approval_thread(tool_call_id).ok_or_else(not_pending)?;
+    fn answer_approval(
+        &self,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<(), Refusal> {
+        let not_pending = || {
+            (
+                ErrorCode::InvalidField,
+                format!("no approval `{tool_call_id}` is pending"),
+            )
+        };
+        let thread_id = self
+            .state
+            .hub
+            .approval_thread(tool_call_id)
+            .ok_or_else(not_pending)?;
         let runtime = self.state.hub.get(&thread_id).ok_or_else(not_pending)?;
         if runtime.owner != self.user.id {
-            return Err((ErrorCode::Forbidden, "that approval belongs to another user's thread".into()));
+            return Err((
+                ErrorCode::Forbidden,
+                "that approval belongs to another user's thread".into(),
+            ));
         }
         if runtime.gate.respond(tool_call_id, decision) {
             Ok(())
@@ -166,10 +196,14 @@ impl Connection {
     /// The thread, if it exists and belongs to this user.
     pub async fn owned_thread(&self, thread_id: &str) -> Result<ThreadRow, Refusal> {
         match self.state.store.thread(thread_id).await.map_err(internal)? {
-            None => Err((ErrorCode::ThreadNotFound, format!("no thread `{thread_id}`"))),
-            Some(row) if row.owner != self.user.id => {
-                Err((ErrorCode::Forbidden, "that thread belongs to another user".into()))
-            }
+            None => Err((
+                ErrorCode::ThreadNotFound,
+                format!("no thread `{thread_id}`"),
+            )),
+            Some(row) if row.owner != self.user.id => Err((
+                ErrorCode::Forbidden,
+                "that thread belongs to another user".into(),
+            )),
             Some(row) => Ok(row),
         }
     }
@@ -177,5 +211,8 @@ impl Connection {
 
 pub fn internal(e: impl std::fmt::Display) -> Refusal {
     tracing::error!(error = %e, "internal error");
-    (ErrorCode::Internal, "internal error; see the server log".into())
+    (
+        ErrorCode::Internal,
+        "internal error; see the server log".into(),
+    )
 }

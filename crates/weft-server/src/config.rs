@@ -56,7 +56,9 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        DatabaseConfig { url: "sqlite://data/weft.db".to_owned() }
+        DatabaseConfig {
+            url: "sqlite://data/weft.db".to_owned(),
+        }
     }
 }
 
@@ -100,7 +102,11 @@ pub struct PolicyConfig {
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig { workspace_root: PathBuf::from("workspace"), allow_private_network: false, allow_secrets: false }
+        PolicyConfig {
+            workspace_root: PathBuf::from("workspace"),
+            allow_private_network: false,
+            allow_secrets: false,
+        }
     }
 }
 
@@ -119,9 +125,15 @@ pub struct ApiKeyEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("config {path} is not valid: {source}")]
-    Parse { path: String, source: toml::de::Error },
+    Parse {
+        path: String,
+        source: toml::de::Error,
+    },
     #[error("config is not valid: {0}")]
     Invalid(String),
 }
@@ -137,14 +149,22 @@ impl Config {
             None => Config::default(),
         };
         config.apply_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
-        config.agent.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        config
+            .agent
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(config)
     }
 
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Self::from_toml(&text).map_err(|source| ConfigError::Parse { path: path.display().to_string(), source })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.display().to_string(),
+            source,
+        })
     }
 
     pub fn from_toml(text: &str) -> Result<Config, toml::de::Error> {
@@ -193,7 +213,9 @@ impl Config {
         }
         if self.providers.scripted.script.is_some() {
             "scripted".to_owned()
-        } else if self.providers.openai.api_key.is_some() || self.providers.openai.base_url.is_some() {
+        } else if self.providers.openai.api_key.is_some()
+            || self.providers.openai.base_url.is_some()
+        {
             "openai".to_owned()
         } else if self.providers.anthropic.api_key.is_some() {
             "anthropic".to_owned()

@@ -58,7 +58,8 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
     let ping_every = Duration::from_millis(state.config.server.ping_interval_ms.max(10));
     let writer_binary = binary.clone();
     let writer = async move {
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         loop {
             tokio::select! {
                 out = rx.recv() => match out {
@@ -85,11 +86,17 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
         let _ = sink.close().await;
     };
 
-    let conn = Connection { state: state.clone(), user, id: conn_id, tx: tx.clone() };
+    let conn = Connection {
+        state: state.clone(),
+        user,
+        id: conn_id,
+        tx: tx.clone(),
+    };
     let limit = state.config.server.max_frame_bytes;
     let recheck_every = Duration::from_millis(state.config.server.auth_recheck_ms.max(10));
     let reader = async move {
-        let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
+        let mut recheck =
+            tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
         loop {
             tokio::select! {
                 message = stream.next() => match message {

@@ -19,7 +19,9 @@ pub fn provider_history(rows: &[MessageRow], max_tokens: u64) -> Vec<ChatMessage
             let content: MessageContent = serde_json::from_value(row.content.clone()).ok()?;
             match row.role.as_str() {
                 "user" => Some(ChatMessage::user(content)),
-                "assistant" if !content.text().is_empty() => Some(ChatMessage::assistant(content.text(), Vec::new())),
+                "assistant" if !content.text().is_empty() => {
+                    Some(ChatMessage::assistant(content.text(), Vec::new()))
+                }
                 _ => None,
             }
         })
@@ -60,7 +62,11 @@ mod tests {
 
     #[test]
     fn prunes_oldest_first_and_keeps_the_newest() {
-        let rows = vec![row("user", &"a".repeat(400)), row("assistant", "ok"), row("user", &"b".repeat(400))];
+        let rows = vec![
+            row("user", &"a".repeat(400)),
+            row("assistant", "ok"),
+            row("user", &"b".repeat(400)),
+        ];
         let all = provider_history(&rows, 10_000);
         assert_eq!(all.len(), 3);
         let pruned = provider_history(&rows, 150);
@@ -70,7 +76,11 @@ mod tests {
 
     #[test]
     fn skips_empty_assistant_messages() {
-        let rows = vec![row("user", "hi"), row("assistant", ""), row("user", "again")];
+        let rows = vec![
+            row("user", "hi"),
+            row("assistant", ""),
+            row("user", "again"),
+        ];
         assert_eq!(provider_history(&rows, 10_000).len(), 2);
     }
 }

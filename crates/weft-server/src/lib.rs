@@ -41,7 +41,11 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Serve until `shutdown` resolves; then stop accepting, close sockets (1001), let running
 /// turns finish within `server.shutdown_timeout_ms`, stop the rest, and wait for them to
 /// persist what they produced.
-pub async fn serve(state: Arc<AppState>, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!("listening on {addr}");
     let token = state.shutdown.clone();
@@ -61,9 +65,15 @@ pub async fn serve(state: Arc<AppState>, listener: TcpListener, shutdown: impl F
 pub async fn drain_turns(state: &AppState) {
     state.turns.close();
     let timeout = Duration::from_millis(state.config.server.shutdown_timeout_ms);
-    if tokio::time::timeout(timeout, state.turns.wait()).await.is_err() {
+    if tokio::time::timeout(timeout, state.turns.wait())
+        .await
+        .is_err()
+    {
         let running = state.hub.active();
-        tracing::warn!(count = running.len(), "stopping turns still running at shutdown");
+        tracing::warn!(
+            count = running.len(),
+            "stopping turns still running at shutdown"
+        );
         for runtime in running {
             runtime.stop();
         }

@@ -48,15 +48,31 @@ impl Default for Metrics {
         registry.register("model_calls", "Provider calls made", model_calls.clone());
         registry.register("tokens", "Tokens used, by direction", tokens.clone());
         registry.register("errors", "Error frames sent, by code", errors.clone());
-        registry.register("open_sockets", "Open websocket connections", open_sockets.clone());
+        registry.register(
+            "open_sockets",
+            "Open websocket connections",
+            open_sockets.clone(),
+        );
         registry.register("active_turns", "Turns running now", active_turns.clone());
-        Metrics { registry, turns, tool_calls, model_calls, tokens, errors, open_sockets, active_turns }
+        Metrics {
+            registry,
+            turns,
+            tool_calls,
+            model_calls,
+            tokens,
+            errors,
+            open_sockets,
+            active_turns,
+        }
     }
 }
 
 impl Metrics {
     pub fn error(&self, code: weft_protocol::ErrorCode) {
-        let code = serde_json::to_value(code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let code = serde_json::to_value(code)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
         self.errors.get_or_create(&CodeLabel { code }).inc();
     }
 

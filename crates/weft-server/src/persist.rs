@@ -3,7 +3,9 @@
 
 use serde_json::json;
 use weft_core::{TurnEnd, TurnOutcome};
-use weft_protocol::{ExecutionTreeSnapshot, MessageContent, PermissionMode, StoredMessage, ToolResultStatus};
+use weft_protocol::{
+    ExecutionTreeSnapshot, MessageContent, PermissionMode, StoredMessage, ToolResultStatus,
+};
 use weft_store::{now_ms, MessageRow, ModelCallRow, NewMessage, Store, StoreError, ToolCallRow};
 
 /// Identifies the turn being written.
@@ -26,10 +28,17 @@ pub fn end_status(end: &TurnEnd) -> &'static str {
 }
 
 fn snake<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
-pub async fn persist_turn(store: &Store, record: &TurnRecord<'_>, outcome: &TurnOutcome) -> Result<NewMessage, StoreError> {
+pub async fn persist_turn(
+    store: &Store,
+    record: &TurnRecord<'_>,
+    outcome: &TurnOutcome,
+) -> Result<NewMessage, StoreError> {
     let message = NewMessage {
         id: record.message_id.to_owned(),
         thread_id: record.thread_id.to_owned(),
@@ -92,15 +101,20 @@ pub async fn persist_turn(store: &Store, record: &TurnRecord<'_>, outcome: &Turn
 
 /// A stored message as clients see it.
 pub fn to_wire(row: &MessageRow) -> StoredMessage {
-    let content: MessageContent =
-        serde_json::from_value(row.content.clone()).unwrap_or_else(|_| MessageContent::Text(row.content.to_string()));
-    let execution_tree: Option<ExecutionTreeSnapshot> =
-        row.execution_tree.as_ref().and_then(|t| serde_json::from_value(t.clone()).ok());
+    let content: MessageContent = serde_json::from_value(row.content.clone())
+        .unwrap_or_else(|_| MessageContent::Text(row.content.to_string()));
+    let execution_tree: Option<ExecutionTreeSnapshot> = row
+        .execution_tree
+        .as_ref()
+        .and_then(|t| serde_json::from_value(t.clone()).ok());
     StoredMessage {
         id: row.id.clone(),
         role: row.role.clone(),
         content,
-        permission_mode: row.permission_mode.as_deref().and_then(PermissionMode::parse),
+        permission_mode: row
+            .permission_mode
+            .as_deref()
+            .and_then(PermissionMode::parse),
         execution_tree,
         input_tokens: (row.role == "assistant").then_some(row.input_tokens as u64),
         output_tokens: (row.role == "assistant").then_some(row.output_tokens as u64),

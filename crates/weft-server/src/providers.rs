@@ -27,11 +27,21 @@ pub enum ProviderSetupError {
 impl Providers {
     pub fn from_config(config: &Config) -> Result<Providers, ProviderSetupError> {
         let mut by_name: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
-        by_name.insert("demo".to_owned(), Arc::new(ScriptedProvider::from_json(DEMO_SCRIPT)?));
+        by_name.insert(
+            "demo".to_owned(),
+            Arc::new(ScriptedProvider::from_json(DEMO_SCRIPT)?),
+        );
         if let Some(path) = &config.providers.scripted.script {
-            by_name.insert("scripted".to_owned(), Arc::new(ScriptedProvider::from_file(path)?));
+            by_name.insert(
+                "scripted".to_owned(),
+                Arc::new(ScriptedProvider::from_file(path)?),
+            );
         }
-        Ok(Providers { by_name, default: config.default_provider(), model: config.provider.model.clone() })
+        Ok(Providers {
+            by_name,
+            default: config.default_provider(),
+            model: config.provider.model.clone(),
+        })
     }
 
     /// Add or replace a provider (tests and embedders).
@@ -50,9 +60,15 @@ impl Providers {
     /// The provider called `name` (the default when `None`) and its name.
     pub fn get(&self, name: Option<&str>) -> Result<(String, Arc<dyn Provider>), String> {
         let name = name.unwrap_or(&self.default);
-        self.by_name.get(name).map(|p| (name.to_owned(), p.clone())).ok_or_else(|| {
-            format!("provider `{name}` is not available; configured: {}", self.by_name.keys().cloned().collect::<Vec<_>>().join(", "))
-        })
+        self.by_name
+            .get(name)
+            .map(|p| (name.to_owned(), p.clone()))
+            .ok_or_else(|| {
+                format!(
+                    "provider `{name}` is not available; configured: {}",
+                    self.by_name.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            })
     }
 
     /// The model for a message: the one it names, the configured one, or the provider's default.

@@ -21,12 +21,20 @@ pub struct KeyQuery {
 type Rest<T> = Result<T, Response>;
 
 fn problem(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+    (
+        status,
+        Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
     tracing::error!(error = %e, "REST request failed");
-    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see the server log")
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error; see the server log",
+    )
 }
 
 async fn user(state: &AppState, headers: &HeaderMap, query: &KeyQuery) -> Rest<User> {
@@ -37,15 +45,25 @@ async fn user(state: &AppState, headers: &HeaderMap, query: &KeyQuery) -> Rest<U
 
 async fn owned(state: &AppState, user: &User, id: &str) -> Rest<()> {
     match state.store.thread(id).await.map_err(internal)? {
-        None => Err(problem(StatusCode::NOT_FOUND, "thread_not_found", "no such thread")),
-        Some(row) if row.owner != user.id => {
-            Err(problem(StatusCode::FORBIDDEN, "forbidden", "that thread belongs to another user"))
-        }
+        None => Err(problem(
+            StatusCode::NOT_FOUND,
+            "thread_not_found",
+            "no such thread",
+        )),
+        Some(row) if row.owner != user.id => Err(problem(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "that thread belongs to another user",
+        )),
         Some(_) => Ok(()),
     }
 }
 
-pub async fn list_threads(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(q): Query<KeyQuery>) -> Rest<Response> {
+pub async fn list_threads(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<KeyQuery>,
+) -> Rest<Response> {
     let user = user(&state, &headers, &q).await?;
     let threads = state.store.threads_of(&user.id).await.map_err(internal)?;
     let body: Vec<_> = threads
@@ -96,11 +114,22 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
         Ok(()) => Json(json!({"status": "ok"})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "health check: database unavailable");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "database unavailable"}))).into_response()
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "database unavailable"})),
+            )
+                .into_response()
         }
     }
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render()).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
 }

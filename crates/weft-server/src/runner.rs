@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    compose_toolbelt, prompts, AgentMemory, EventSink, ExecutionMode, ToolPolicy, TurnEnd, TurnOutcome, TurnSpec,
+    compose_toolbelt, prompts, AgentMemory, EventSink, ExecutionMode, ToolPolicy, TurnEnd,
+    TurnOutcome, TurnSpec,
 };
 use weft_protocol::{
     ChatMessageData, ErrorCode, PermissionMode, PolicyClass, ServerEvent, ToolCallStatus,
@@ -25,10 +26,17 @@ use crate::threads::ThreadRuntime;
 pub async fn start_turn(conn: &Connection, data: ChatMessageData) -> Result<(), Refusal> {
     let state = &conn.state;
     let mode_name = data.mode.clone().unwrap_or_else(|| "classic".to_owned());
-    let mode = state.modes.get(Some(&mode_name)).map_err(|e| (ErrorCode::UnknownMode, e.to_string()))?;
-    let (provider_name, provider) =
-        state.providers.get(data.provider.as_deref()).map_err(|e| (ErrorCode::InvalidField, e))?;
-    let model = state.providers.model_for(&provider_name, data.model.as_deref());
+    let mode = state
+        .modes
+        .get(Some(&mode_name))
+        .map_err(|e| (ErrorCode::UnknownMode, e.to_string()))?;
+    let (provider_name, provider) = state
+        .providers
+        .get(data.provider.as_deref())
+        .map_err(|e| (ErrorCode::InvalidField, e))?;
+    let model = state
+        .providers
+        .model_for(&provider_name, data.model.as_deref());
     let text = data.content.text();
     if text.trim().is_empty() && matches!(data.content, weft_protocol::MessageContent::Text(_)) {
         return Err((ErrorCode::InvalidField, "content is empty".into()));
@@ -37,21 +45,48 @@ pub async fn start_turn(conn: &Connection, data: ChatMessageData) -> Result<(), 
     let thread_id = data.thread_id.clone().unwrap_or_else(new_id);
     let row = match state.store.thread(&thread_id).await.map_err(internal)? {
         Some(row) if row.owner != conn.user.id => {
-            return Err((ErrorCode::Forbidden, "that thread belongs to another user".into()))
+            return Err((
+                ErrorCode::Forbidden,
+                "that thread belongs to another user".into(),
+            ))
         }
         Some(row) => row,
         None => {
             let title: String = text.chars().take(80).collect();
-            state.store.create_thread(&thread_id, &conn.user.id, PermissionMode::Default.as_str(), &title).await.map_err(internal)?
+            state
+                .store
+                .create_thread(
+                    &thread_id,
+                    &conn.user.id,
+                    PermissionMode::Default.as_str(),
+                    &title,
+                )
+                .await
+                .map_err(internal)?
         }
     };
     let stored_mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
     let runtime = state.hub.get_or_insert(&row.id, &row.owner, stored_mode);
     let cancel = CancellationToken::new();
     if !runtime.try_begin(cancel.clone()) {
-        return Err((ErrorCode::TurnInProgress, format!("thread `{thread_id}` already has a turn running; send stop first")));
+        return Err((
+            ErrorCode::TurnInProgress,
+            format!("thread `{thread_id}` already has a turn running; send stop first"),
+        ));
     }
-    match prepare(conn, &runtime, &data, mode_name, mode, provider_name, provider, model, cancel).await {
+    match prepare(
+        conn,
+        &runtime,
+        &data,
+        mode_name,
+        mode,
+        provider_name,
+        provider,
+        model,
+        cancel,
+    )
+    .await
+    {
         Ok(()) => Ok(()),
         Err(refusal) => {
             runtime.end();
@@ -75,7 +110,11 @@ async fn prepare(
     let state = &conn.state;
     if let Some(mode) = data.permission_mode {
         runtime.gate.set_mode(mode);
-        state.store.set_thread_mode(&runtime.id, mode.as_str()).await.map_err(internal)?;
+        state
+            .store
+            .set_thread_mode(&runtime.id, mode.as_str())
+            .await
+            .map_err(internal)?;
     }
     let permission_mode = runtime.gate.mode();
     runtime.subscribe(conn.id, conn.tx.clone());
@@ -101,14 +140,16 @@ async fn prepare(
     let history = provider_history(&rows, state.agent.max_history_tokens);
 
     let context = data.chat_context();
-    let mut policy = ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
+    let mut policy =
+        ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
     policy.allow_private_network = state.config.policy.allow_private_network;
     if state.config.policy.allow_secrets {
         policy.classes.insert(PolicyClass::Secrets);
     }
     let toolbelt = compose_toolbelt(&state.tools, &policy, &context);
     let can_delegate = state.agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
-    let mut system_prompt = prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
+    let mut system_prompt =
+        prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
     if let Some(hint) = mode.prompt_hint() {
         system_prompt.push_str("\n\n");
         system_prompt.push_str(hint);
@@ -180,7 +221,12 @@ impl TurnTask {
     async fn forward(&self, event: ServerEvent) {
         let store = &self.state.store;
         match &event {
-            ServerEvent::ToolApprovalRequest { tool_call_id, name, args, .. } => {
+            ServerEvent::ToolApprovalRequest {
+                tool_call_id,
+                name,
+                args,
+                ..
+            } => {
                 self.state.hub.note_approval(tool_call_id, &self.runtime.id);
                 let row = ApprovalRow {
                     id: tool_call_id.clone(),
@@ -195,7 +241,10 @@ impl TurnTask {
                     tracing::error!(error = %e, "cannot record an approval request");
                 }
             }
-            ServerEvent::ToolApprovalResolved { tool_call_id, decision } => {
+            ServerEvent::ToolApprovalResolved {
+                tool_call_id,
+                decision,
+            } => {
                 self.state.hub.forget_approval(tool_call_id);
                 let status = match decision.as_str() {
                     "allow" | "allow_for_chat" => "approved",
@@ -206,7 +255,10 @@ impl TurnTask {
                     tracing::error!(error = %e, "cannot record an approval outcome");
                 }
             }
-            ServerEvent::ToolCallUpdate { status: ToolCallStatus::Start, .. } => {
+            ServerEvent::ToolCallUpdate {
+                status: ToolCallStatus::Start,
+                ..
+            } => {
                 self.state.metrics.tool_calls.inc();
             }
             _ => {}
@@ -218,9 +270,24 @@ impl TurnTask {
     async fn finish(&self, outcome: TurnOutcome) {
         let metrics = &self.state.metrics;
         metrics.model_calls.inc_by(outcome.model_calls.len() as u64);
-        metrics.tokens.get_or_create(&DirectionLabel { direction: "input".into() }).inc_by(outcome.totals.input_tokens);
-        metrics.tokens.get_or_create(&DirectionLabel { direction: "output".into() }).inc_by(outcome.totals.output_tokens);
-        metrics.turns.get_or_create(&EndLabel { end: crate::persist::end_status(&outcome.end).into() }).inc();
+        metrics
+            .tokens
+            .get_or_create(&DirectionLabel {
+                direction: "input".into(),
+            })
+            .inc_by(outcome.totals.input_tokens);
+        metrics
+            .tokens
+            .get_or_create(&DirectionLabel {
+                direction: "output".into(),
+            })
+            .inc_by(outcome.totals.output_tokens);
+        metrics
+            .turns
+            .get_or_create(&EndLabel {
+                end: crate::persist::end_status(&outcome.end).into(),
+            })
+            .inc();
 
         let record = TurnRecord {
             thread_id: &self.runtime.id,
@@ -230,27 +297,39 @@ impl TurnTask {
         };
         match persist_turn(&self.state.store, &record, &outcome).await {
             Ok(message) => {
-                self.runtime.publish(ServerEvent::Message { message: to_wire(&message) });
+                self.runtime.publish(ServerEvent::Message {
+                    message: to_wire(&message),
+                });
             }
             Err(e) => {
                 tracing::error!(error = %e, thread = %self.runtime.id, "cannot persist a turn");
-                self.publish_error(ErrorCode::Internal, "the turn could not be saved; see the server log".into());
+                self.publish_error(
+                    ErrorCode::Internal,
+                    "the turn could not be saved; see the server log".into(),
+                );
             }
         }
         match &outcome.end {
-            TurnEnd::ProviderError(message) => {
-                self.publish_error(ErrorCode::ProviderError, format!("{} failed: {message}", self.provider_name))
-            }
+            TurnEnd::ProviderError(message) => self.publish_error(
+                ErrorCode::ProviderError,
+                format!("{} failed: {message}", self.provider_name),
+            ),
             TurnEnd::ToolAborted(message) | TurnEnd::Failed(message) => {
                 self.publish_error(ErrorCode::Internal, message.clone())
             }
             TurnEnd::Completed | TurnEnd::BudgetExceeded(_) | TurnEnd::Cancelled => {}
         }
-        self.runtime.publish(ServerEvent::Chunk { content: String::new(), done: true, parent_id: None, depth: 0 });
+        self.runtime.publish(ServerEvent::Chunk {
+            content: String::new(),
+            done: true,
+            parent_id: None,
+            depth: 0,
+        });
     }
 
     fn publish_error(&self, code: ErrorCode, message: String) {
         self.state.metrics.error(code);
-        self.runtime.publish(ServerEvent::error(code, message, None));
+        self.runtime
+            .publish(ServerEvent::error(code, message, None));
     }
 }

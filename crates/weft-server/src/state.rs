@@ -44,7 +44,10 @@ pub enum StartupError {
     #[error(transparent)]
     Providers(#[from] crate::providers::ProviderSetupError),
     #[error("cannot prepare the workspace root {path}: {source}")]
-    Workspace { path: String, source: std::io::Error },
+    Workspace {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// The user when no keys are configured on a loopback bind.
@@ -52,11 +55,21 @@ pub const LOCAL_USER: &str = "local";
 
 impl AppState {
     /// Build the state: sync configured API keys into the store, prepare the workspace.
-    pub async fn new(config: Config, store: Store, providers: Providers, bind: SocketAddr) -> Result<Arc<AppState>, StartupError> {
+    pub async fn new(
+        config: Config,
+        store: Store,
+        providers: Providers,
+        bind: SocketAddr,
+    ) -> Result<Arc<AppState>, StartupError> {
         for entry in &config.auth.api_keys {
             store.put_api_key(&entry.key, &entry.user).await?;
         }
-        let keys: Vec<&str> = config.auth.api_keys.iter().map(|k| k.key.as_str()).collect();
+        let keys: Vec<&str> = config
+            .auth
+            .api_keys
+            .iter()
+            .map(|k| k.key.as_str())
+            .collect();
         store.revoke_other_keys(&keys).await?;
         let local_user_allowed = config.auth.api_keys.is_empty() && bind.ip().is_loopback();
         if local_user_allowed {
@@ -66,7 +79,10 @@ impl AppState {
         let root = &config.policy.workspace_root;
         let workspace = std::fs::create_dir_all(root)
             .and_then(|()| root.canonicalize())
-            .map_err(|source| StartupError::Workspace { path: root.display().to_string(), source })?;
+            .map_err(|source| StartupError::Workspace {
+                path: root.display().to_string(),
+                source,
+            })?;
 
         let mut rate_card = RateCard::with_common_models();
         rate_card.merge(&config.pricing);

@@ -44,7 +44,10 @@ impl ThreadRuntime {
             id: id.to_owned(),
             owner: owner.to_owned(),
             gate: PermissionGate::new(mode),
-            state: Mutex::new(ThreadState { next_seq: 1, ..ThreadState::default() }),
+            state: Mutex::new(ThreadState {
+                next_seq: 1,
+                ..ThreadState::default()
+            }),
         }
     }
 
@@ -54,9 +57,15 @@ impl ThreadRuntime {
         let mut state = self.state.lock();
         let seq = state.next_seq;
         state.next_seq += 1;
-        let frame = Arc::new(ServerFrame { thread_id: Some(self.id.clone()), seq: Some(seq), event });
+        let frame = Arc::new(ServerFrame {
+            thread_id: Some(self.id.clone()),
+            seq: Some(seq),
+            event,
+        });
         state.replay.push(frame.clone());
-        state.subscribers.retain(|_, tx| tx.send(Outbound::Frame(frame.clone())).is_ok());
+        state
+            .subscribers
+            .retain(|_, tx| tx.send(Outbound::Frame(frame.clone())).is_ok());
         seq
     }
 
@@ -69,7 +78,12 @@ impl ThreadRuntime {
     /// Send every buffered frame after `last_seq`, then subscribe, with no gap between.
     pub fn resume(&self, conn: ConnId, tx: OutboundTx, last_seq: u64) -> usize {
         let mut state = self.state.lock();
-        let missed: Vec<_> = state.replay.iter().filter(|f| f.seq.unwrap_or(0) > last_seq).cloned().collect();
+        let missed: Vec<_> = state
+            .replay
+            .iter()
+            .filter(|f| f.seq.unwrap_or(0) > last_seq)
+            .cloned()
+            .collect();
         let count = missed.len();
         for frame in missed {
             let _ = tx.send(Outbound::Frame(frame));
@@ -147,7 +161,11 @@ impl ThreadHub {
 
     /// The live runtime of a thread, created from its stored owner and mode on first use.
     pub fn get_or_insert(&self, id: &str, owner: &str, mode: PermissionMode) -> Arc<ThreadRuntime> {
-        self.threads.lock().entry(id.to_owned()).or_insert_with(|| Arc::new(ThreadRuntime::new(id, owner, mode))).clone()
+        self.threads
+            .lock()
+            .entry(id.to_owned())
+            .or_insert_with(|| Arc::new(ThreadRuntime::new(id, owner, mode)))
+            .clone()
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<ThreadRuntime>> {
@@ -158,15 +176,25 @@ impl ThreadHub {
     /// with the detach generation to check when the grace period ends.
     pub fn detach(&self, conn: ConnId) -> Vec<(Arc<ThreadRuntime>, u64)> {
         let threads: Vec<_> = self.threads.lock().values().cloned().collect();
-        threads.into_iter().filter_map(|t| t.unsubscribe(conn).map(|generation| (t, generation))).collect()
+        threads
+            .into_iter()
+            .filter_map(|t| t.unsubscribe(conn).map(|generation| (t, generation)))
+            .collect()
     }
 
     pub fn active(&self) -> Vec<Arc<ThreadRuntime>> {
-        self.threads.lock().values().filter(|t| t.is_active()).cloned().collect()
+        self.threads
+            .lock()
+            .values()
+            .filter(|t| t.is_active())
+            .cloned()
+            .collect()
     }
 
     pub fn note_approval(&self, tool_call_id: &str, thread_id: &str) {
-        self.approvals.lock().insert(tool_call_id.to_owned(), thread_id.to_owned());
+        self.approvals
+            .lock()
+            .insert(tool_call_id.to_owned(), thread_id.to_owned());
     }
 
     pub fn approval_thread(&self, tool_call_id: &str) -> Option<String> {

@@ -9,29 +9,65 @@ use support::{kinds, of_type, text_of, thread_of, TestServer};
 
 #[tokio::test]
 async fn a_trivial_answer_streams_and_is_persisted() {
-    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [{"chunks": ["Hel", "lo!"]}]}]})).await;
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"chunks": ["Hel", "lo!"]}]}]}),
+    )
+    .await;
     let mut c = server.client().await;
     c.chat(None, "hi there", json!({})).await;
     let frames = c.turn().await;
-    assert_eq!(kinds(&frames), vec!["turn_started", "chunk d0", "chunk d0", "cost_summary", "message", "done"]);
+    assert_eq!(
+        kinds(&frames),
+        vec![
+            "turn_started",
+            "chunk d0",
+            "chunk d0",
+            "cost_summary",
+            "message",
+            "done"
+        ]
+    );
     let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
     assert_eq!(text_of(&frames), "Hello!");
     let thread = thread_of(&frames);
     assert!(frames.iter().all(|f| f["thread_id"] == thread.as_str()));
     let message = &of_type(&frames, "message")[0]["message"];
-    assert_eq!((message["role"].as_str(), message["content"].as_str()), (Some("assistant"), Some("Hello!")));
+    assert_eq!(
+        (message["role"].as_str(), message["content"].as_str()),
+        (Some("assistant"), Some("Hello!"))
+    );
     assert_eq!(message["permission_mode"], "default");
 
-    let (status, messages) = server.get(&format!("/threads/{thread}/messages"), None).await;
+    let (status, messages) = server
+        .get(&format!("/threads/{thread}/messages"), None)
+        .await;
     assert_eq!(status, 200);
-    let roles: Vec<_> = messages.as_array().unwrap().iter().map(|m| (m["role"].clone(), m["content"].clone())).collect();
-    assert_eq!(roles, vec![(json!("user"), json!("hi there")), (json!("assistant"), json!("Hello!"))]);
+    let roles: Vec<_> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].clone(), m["content"].clone()))
+        .collect();
+    assert_eq!(
+        roles,
+        vec![
+            (json!("user"), json!("hi there")),
+            (json!("assistant"), json!("Hello!"))
+        ]
+    );
     let (_, threads) = server.get("/threads", None).await;
     assert_eq!(threads[0]["id"], thread.as_str());
     assert_eq!(threads[0]["title"], "hi there");
     let calls = server.store().model_calls(&thread).await.unwrap();
-    assert_eq!((calls.len(), calls[0].provider.as_str(), calls[0].user_id.as_str()), (1, "scripted", "local"));
+    assert_eq!(
+        (
+            calls.len(),
+            calls[0].provider.as_str(),
+            calls[0].user_id.as_str()
+        ),
+        (1, "scripted", "local")
+    );
     server.stop().await;
 }
 
@@ -67,19 +103,47 @@ async fn parallel_subtasks_nest_and_the_tree_reloads_over_rest() {
             "done"
         ]
     );
-    let nested: Vec<_> = of_type(&frames, "chunk").iter().filter(|f| f["depth"] == 1).map(|f| f["parent_id"].clone()).collect();
+    let nested: Vec<_> = of_type(&frames, "chunk")
+        .iter()
+        .filter(|f| f["depth"] == 1)
+        .map(|f| f["parent_id"].clone())
+        .collect();
     assert_eq!(nested, vec![json!("sa"), json!("sb")]);
 
     let thread = thread_of(&frames);
-    let (_, messages) = server.get(&format!("/threads/{thread}/messages"), None).await;
+    let (_, messages) = server
+        .get(&format!("/threads/{thread}/messages"), None)
+        .await;
     let tree = &messages[1]["execution_tree"];
     assert_eq!(tree["version"], 1);
-    let nodes: Vec<_> = tree["nodes"].as_array().unwrap().iter().map(|n| (n["id"].clone(), n["title"].clone(), n["result_preview"].clone())).collect();
-    assert_eq!(nodes, vec![(json!("sa"), json!("A"), json!("A is old.")), (json!("sb"), json!("B"), json!("B is new."))]);
-    assert_eq!(tree, &of_type(&frames, "message")[0]["message"]["execution_tree"]);
+    let nodes: Vec<_> = tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["id"].clone(),
+                n["title"].clone(),
+                n["result_preview"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            (json!("sa"), json!("A"), json!("A is old.")),
+            (json!("sb"), json!("B"), json!("B is new."))
+        ]
+    );
+    assert_eq!(
+        tree,
+        &of_type(&frames, "message")[0]["message"]["execution_tree"]
+    );
     let audit = server.store().tool_calls(&thread).await.unwrap();
     assert_eq!(audit.len(), 2);
-    assert!(audit.iter().all(|r| r.status == "success" && r.approval_status == "not_required"));
+    assert!(audit
+        .iter()
+        .all(|r| r.status == "success" && r.approval_status == "not_required"));
     server.stop().await;
 }
 
@@ -99,7 +163,9 @@ async fn the_depth_limit_is_an_error_result() {
         .map(|f| (f["depth"].clone(), f["result"].as_str().unwrap().to_owned()))
         .collect();
     assert_eq!(refused, vec![(json!(3), "error: depth limit reached (max_depth = 3); do this work directly instead of delegating.".to_owned())]);
-    assert!(of_type(&frames, "budget_exceeded").iter().any(|f| f["reason"] == "depth" && f["ends_turn"] == false));
+    assert!(of_type(&frames, "budget_exceeded")
+        .iter()
+        .any(|f| f["reason"] == "depth" && f["ends_turn"] == false));
     server.stop().await;
 }
 
@@ -116,10 +182,21 @@ async fn unknown_tools_and_bad_arguments_go_back_to_the_model() {
     let mut c = server.client().await;
     c.chat(None, "try tools", json!({})).await;
     let frames = c.turn().await;
-    let ends: Vec<_> = of_type(&frames, "tool_call_update").into_iter().filter(|f| f["status"] == "end").collect();
-    assert!(ends[0]["result"].as_str().unwrap().starts_with("error: unknown tool `teleport`. Available tools: run_subtask, read_file, write_file"));
-    assert!(ends[1]["result"].as_str().unwrap().starts_with("error: invalid arguments for `read_file`"));
-    assert!(ends[2]["result"].as_str().unwrap().contains("not valid JSON"));
+    let ends: Vec<_> = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .filter(|f| f["status"] == "end")
+        .collect();
+    assert!(ends[0]["result"].as_str().unwrap().starts_with(
+        "error: unknown tool `teleport`. Available tools: run_subtask, read_file, write_file"
+    ));
+    assert!(ends[1]["result"]
+        .as_str()
+        .unwrap()
+        .starts_with("error: invalid arguments for `read_file`"));
+    assert!(ends[2]["result"]
+        .as_str()
+        .unwrap()
+        .contains("not valid JSON"));
     assert!(ends.iter().all(|f| f["is_error"] == true));
     assert_eq!(text_of(&frames), "recovered");
     server.stop().await;
@@ -134,21 +211,38 @@ async fn a_provider_failure_is_reported_and_partial_text_persisted() {
     let mut c = server.client().await;
     c.chat(None, "fail please", json!({})).await;
     let frames = c.turn().await;
-    assert_eq!(kinds(&frames), vec!["turn_started", "chunk d0", "cost_summary", "message", "error", "done"]);
+    assert_eq!(
+        kinds(&frames),
+        vec![
+            "turn_started",
+            "chunk d0",
+            "cost_summary",
+            "message",
+            "error",
+            "done"
+        ]
+    );
     let error = &of_type(&frames, "error")[0];
     assert_eq!(error["code"], "provider_error");
     assert!(error["message"].as_str().unwrap().contains("500"));
     let thread = thread_of(&frames);
     let stored = server.store().messages(&thread).await.unwrap();
-    assert_eq!((stored[1].content.clone(), stored[1].status.as_str()), (json!("partial "), "provider_error"));
+    assert_eq!(
+        (stored[1].content.clone(), stored[1].status.as_str()),
+        (json!("partial "), "provider_error")
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn messagepack_frames_are_answered_in_kind() {
-    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [{"text": "packed"}]}]})).await;
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "packed"}]}]}),
+    )
+    .await;
     let mut c = server.client().await;
-    c.send_msgpack(&json!({"command": "chat_message", "data": {"content": "hi"}})).await;
+    c.send_msgpack(&json!({"command": "chat_message", "data": {"content": "hi"}}))
+        .await;
     let frames = c.turn().await;
     assert!(frames.iter().all(|f| f["__binary"] == true));
     assert_eq!(text_of(&frames), "packed");
@@ -159,14 +253,29 @@ async fn messagepack_frames_are_answered_in_kind() {
 
 #[tokio::test]
 async fn routing_precedence_and_unknown_modes() {
-    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [{"text": "chat", "repeat": true}]}]})).await;
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "chat", "repeat": true}]}]}),
+    )
+    .await;
     let mut c = server.client().await;
     // workflow_target wins over media_generation.
     c.chat(None, "x", json!({"workflow_target": "workflow", "workflow_id": "wf1", "media_generation": {"mode": "image"}})).await;
     let f = c.recv().await;
-    assert_eq!((f["type"].as_str(), f["code"].as_str(), f["request_id"].as_str()), (Some("error"), Some("unsupported_route"), Some("r1")));
+    assert_eq!(
+        (
+            f["type"].as_str(),
+            f["code"].as_str(),
+            f["request_id"].as_str()
+        ),
+        (Some("error"), Some("unsupported_route"), Some("r1"))
+    );
     assert!(f["message"].as_str().unwrap().contains("workflow"));
-    c.chat(None, "x", json!({"media_generation": {"mode": "image", "prompt": "a cat"}})).await;
+    c.chat(
+        None,
+        "x",
+        json!({"media_generation": {"mode": "image", "prompt": "a cat"}}),
+    )
+    .await;
     let f = c.recv().await;
     assert!(f["code"] == "unsupported_route" && f["message"].as_str().unwrap().contains("media"));
     // workflow_id alone (editor chat) and media mode "chat" go to the agent.
@@ -176,7 +285,12 @@ async fn routing_precedence_and_unknown_modes() {
     let f = c.recv().await;
     assert_eq!(f["code"], "unknown_mode");
     assert!(f["message"].as_str().unwrap().contains("classic"));
-    c.chat(None, "x", json!({"mode": "classic", "chat_context": {"kind": "thread"}})).await;
+    c.chat(
+        None,
+        "x",
+        json!({"mode": "classic", "chat_context": {"kind": "thread"}}),
+    )
+    .await;
     assert_eq!(text_of(&c.turn().await), "chat");
     server.stop().await;
 }

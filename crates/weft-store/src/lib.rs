@@ -44,7 +44,10 @@ pub struct Store {
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// A fresh random id.
@@ -63,15 +66,23 @@ impl Store {
         sqlx::any::install_default_drivers();
         let (backend, url) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_owned())
-        } else if let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+        } else if let Some(rest) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
             (Backend::Sqlite, sqlite_url(rest)?)
         } else {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
         let max = if backend == Backend::Sqlite { 4 } else { 16 };
-        let pool = AnyPoolOptions::new().max_connections(max).connect(&url).await?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .connect(&url)
+            .await?;
         if backend == Backend::Sqlite {
-            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
         }
         Ok(Store { pool, backend })
     }
@@ -83,8 +94,16 @@ impl Store {
     /// Apply the migrations of this backend (idempotent).
     pub async fn migrate(&self) -> Result<()> {
         match self.backend {
-            Backend::Postgres => sqlx::migrate!("../../migrations/postgres").run(&self.pool).await?,
-            Backend::Sqlite => sqlx::migrate!("../../migrations/sqlite").run(&self.pool).await?,
+            Backend::Postgres => {
+                sqlx::migrate!("../../migrations/postgres")
+                    .run(&self.pool)
+                    .await?
+            }
+            Backend::Sqlite => {
+                sqlx::migrate!("../../migrations/sqlite")
+                    .run(&self.pool)
+                    .await?
+            }
         }
         Ok(())
     }
@@ -101,11 +120,13 @@ impl Store {
     // ---- users and API keys ----
 
     pub async fn ensure_user(&self, id: &str) -> Result<()> {
-        sqlx::query("INSERT INTO users (id, created_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING")
-            .bind(id)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO users (id, created_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -136,7 +157,9 @@ impl Store {
     /// Revoke every key not in `keep` (keys removed from the config).
     pub async fn revoke_other_keys(&self, keep: &[&str]) -> Result<()> {
         let keep: Vec<String> = keep.iter().map(|k| hash_key(k)).collect();
-        let rows = sqlx::query("SELECT key_hash FROM api_keys WHERE revoked_at IS NULL").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT key_hash FROM api_keys WHERE revoked_at IS NULL")
+            .fetch_all(&self.pool)
+            .await?;
         for row in rows {
             let hash: String = row.try_get("key_hash")?;
             if !keep.contains(&hash) {
@@ -152,16 +175,23 @@ impl Store {
 
     /// The user a live (unrevoked) key belongs to.
     pub async fn user_for_key(&self, key: &str) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT user_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-            .bind(hash_key(key))
-            .fetch_optional(&self.pool)
-            .await?;
+        let row =
+            sqlx::query("SELECT user_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
+                .bind(hash_key(key))
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(row.map(|r| r.try_get("user_id")).transpose()?)
     }
 
     // ---- threads ----
 
-    pub async fn create_thread(&self, id: &str, owner: &str, permission_mode: &str, title: &str) -> Result<ThreadRow> {
+    pub async fn create_thread(
+        &self,
+        id: &str,
+        owner: &str,
+        permission_mode: &str,
+        title: &str,
+    ) -> Result<ThreadRow> {
         self.ensure_user(owner).await?;
         let now = now_ms();
         sqlx::query(
@@ -186,10 +216,13 @@ impl Store {
     }
 
     pub async fn thread(&self, id: &str) -> Result<Option<ThreadRow>> {
-        let row = sqlx::query(&format!("SELECT {} FROM threads WHERE id = $1", ThreadRow::COLUMNS))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {} FROM threads WHERE id = $1",
+            ThreadRow::COLUMNS
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(ThreadRow::from_row).transpose()
     }
 
@@ -215,7 +248,11 @@ impl Store {
     }
 
     pub async fn touch_thread(&self, id: &str) -> Result<()> {
-        sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2").bind(now_ms()).bind(id).execute(&self.pool).await?;
+        sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
+            .bind(now_ms())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -223,9 +260,15 @@ impl Store {
     pub async fn delete_thread(&self, id: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         for table in ["approvals", "model_calls", "tool_calls", "messages"] {
-            sqlx::query(&format!("DELETE FROM {table} WHERE thread_id = $1")).bind(id).execute(&mut *tx).await?;
+            sqlx::query(&format!("DELETE FROM {table} WHERE thread_id = $1"))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
         }
-        let done = sqlx::query("DELETE FROM threads WHERE id = $1").bind(id).execute(&mut *tx).await?;
+        let done = sqlx::query("DELETE FROM threads WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(done.rows_affected() > 0)
     }
@@ -389,11 +432,20 @@ impl Store {
 fn sqlite_url(rest: &str) -> Result<String> {
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path != ":memory:" {
-        if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(parent)?;
         }
     }
-    let query = if query.contains("mode=") { query.to_owned() } else if query.is_empty() { "mode=rwc".to_owned() } else { format!("{query}&mode=rwc") };
+    let query = if query.contains("mode=") {
+        query.to_owned()
+    } else if query.is_empty() {
+        "mode=rwc".to_owned()
+    } else {
+        format!("{query}&mode=rwc")
+    };
     Ok(format!("sqlite://{path}?{query}"))
 }
 

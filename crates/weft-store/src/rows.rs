@@ -16,7 +16,8 @@ pub struct ThreadRow {
 }
 
 impl ThreadRow {
-    pub(crate) const COLUMNS: &'static str = "id, owner, title, permission_mode, created_at, updated_at";
+    pub(crate) const COLUMNS: &'static str =
+        "id, owner, title, permission_mode, created_at, updated_at";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(ThreadRow {
@@ -50,7 +51,8 @@ pub struct NewMessage {
 pub type MessageRow = NewMessage;
 
 impl NewMessage {
-    pub(crate) const COLUMNS: &'static str = "id, thread_id, role, content, execution_tree, permission_mode, status, \
+    pub(crate) const COLUMNS: &'static str =
+        "id, thread_id, role, content, execution_tree, permission_mode, status, \
          input_tokens, output_tokens, cost_usd, created_at";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
@@ -90,7 +92,8 @@ pub struct ToolCallRow {
 }
 
 impl ToolCallRow {
-    pub(crate) const COLUMNS: &'static str = "thread_id, message_id, tool_call_id, parent_id, depth, tool, arguments, \
+    pub(crate) const COLUMNS: &'static str =
+        "thread_id, message_id, tool_call_id, parent_id, depth, tool, arguments, \
          result_preview, status, approval_status, started_at, duration_ms";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
@@ -129,7 +132,8 @@ pub struct ModelCallRow {
 }
 
 impl ModelCallRow {
-    pub(crate) const COLUMNS: &'static str = "thread_id, message_id, user_id, provider, model, depth, input_tokens, \
+    pub(crate) const COLUMNS: &'static str =
+        "thread_id, message_id, user_id, provider, model, depth, input_tokens, \
          output_tokens, cost_usd, duration_ms, error, created_at";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
@@ -164,7 +168,8 @@ pub struct ApprovalRow {
 }
 
 impl ApprovalRow {
-    pub(crate) const COLUMNS: &'static str = "id, thread_id, tool, arguments, status, created_at, decided_at";
+    pub(crate) const COLUMNS: &'static str =
+        "id, thread_id, tool, arguments, status, created_at, decided_at";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(ApprovalRow {

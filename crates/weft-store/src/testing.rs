@@ -5,7 +5,8 @@ use crate::{new_id, Result, Store};
 
 /// Where PostgreSQL tests connect to create their databases.
 pub fn postgres_admin_url() -> String {
-    std::env::var("WEFT_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    std::env::var("WEFT_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
 pub struct TestDb {
@@ -20,13 +21,21 @@ impl TestDb {
         let admin_url = postgres_admin_url();
         let admin = Store::connect(&admin_url).await?;
         let name = format!("weft_t_{}", new_id().replace('-', ""));
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin.pool).await?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin.pool)
+            .await?;
         admin.close().await;
-        let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(base, _)| base);
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(base, _)| base);
         let url = format!("{base}/{name}");
         let store = Store::connect(&url).await?;
         store.migrate().await?;
-        Ok(TestDb { store, url, database: Some(name) })
+        Ok(TestDb {
+            store,
+            url,
+            database: Some(name),
+        })
     }
 
     /// A new, migrated SQLite database under `dir`.
@@ -34,7 +43,11 @@ impl TestDb {
         let url = format!("sqlite://{}/weft-{}.db", dir.display(), new_id());
         let store = Store::connect(&url).await?;
         store.migrate().await?;
-        Ok(TestDb { store, url, database: None })
+        Ok(TestDb {
+            store,
+            url,
+            database: None,
+        })
     }
 
     /// Close the pool and drop the PostgreSQL database (SQLite files go with their directory).
@@ -42,7 +55,9 @@ impl TestDb {
         self.store.close().await;
         if let Some(name) = self.database {
             let admin = Store::connect(&postgres_admin_url()).await?;
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin.pool).await?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&admin.pool)
+                .await?;
             admin.close().await;
         }
         Ok(())

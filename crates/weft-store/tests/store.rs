@@ -12,23 +12,50 @@ async fn suite(store: &Store) {
     // Users and keys: only live keys resolve, and only hashes are stored.
     store.put_api_key("k-alice", "alice").await.unwrap();
     store.put_api_key("k-bob", "bob").await.unwrap();
-    assert_eq!(store.user_for_key("k-alice").await.unwrap().as_deref(), Some("alice"));
+    assert_eq!(
+        store.user_for_key("k-alice").await.unwrap().as_deref(),
+        Some("alice")
+    );
     assert_eq!(store.user_for_key("nope").await.unwrap(), None);
     store.revoke_api_key("k-bob").await.unwrap();
     assert_eq!(store.user_for_key("k-bob").await.unwrap(), None);
     store.put_api_key("k-bob", "bob").await.unwrap();
-    assert_eq!(store.user_for_key("k-bob").await.unwrap().as_deref(), Some("bob"));
+    assert_eq!(
+        store.user_for_key("k-bob").await.unwrap().as_deref(),
+        Some("bob")
+    );
     store.revoke_other_keys(&["k-alice"]).await.unwrap();
     assert_eq!(store.user_for_key("k-bob").await.unwrap(), None);
-    assert_eq!(store.user_for_key("k-alice").await.unwrap().as_deref(), Some("alice"));
+    assert_eq!(
+        store.user_for_key("k-alice").await.unwrap().as_deref(),
+        Some("alice")
+    );
 
     // Threads: owner, mode, listing per owner.
-    let t = store.create_thread("t1", "alice", "default", "first").await.unwrap();
+    let t = store
+        .create_thread("t1", "alice", "default", "first")
+        .await
+        .unwrap();
     assert_eq!(store.thread("t1").await.unwrap(), Some(t.clone()));
-    store.create_thread("t2", "bob", "default", "").await.unwrap();
-    assert_eq!(store.threads_of("alice").await.unwrap().iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec!["t1"]);
+    store
+        .create_thread("t2", "bob", "default", "")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .threads_of("alice")
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["t1"]
+    );
     store.set_thread_mode("t1", "plan").await.unwrap();
-    assert_eq!(store.thread("t1").await.unwrap().unwrap().permission_mode, "plan");
+    assert_eq!(
+        store.thread("t1").await.unwrap().unwrap().permission_mode,
+        "plan"
+    );
     assert_eq!(store.thread("missing").await.unwrap(), None);
 
     // Messages with execution trees, usage and cost.
@@ -50,7 +77,9 @@ async fn suite(store: &Store) {
         id: "m2".into(),
         role: "assistant".into(),
         content: json!("A and B differ."),
-        execution_tree: Some(json!({"version": 1, "nodes": [{"id": "c1", "parent_id": null, "name": "run_subtask", "duration_ms": 1.5}]})),
+        execution_tree: Some(
+            json!({"version": 1, "nodes": [{"id": "c1", "parent_id": null, "name": "run_subtask", "duration_ms": 1.5}]}),
+        ),
         status: "budget_exceeded".into(),
         input_tokens: 120,
         output_tokens: 30,
@@ -77,7 +106,10 @@ async fn suite(store: &Store) {
         started_at: 1_790_000_000.25,
         duration_ms: 3.5,
     };
-    store.insert_tool_calls(std::slice::from_ref(&call)).await.unwrap();
+    store
+        .insert_tool_calls(std::slice::from_ref(&call))
+        .await
+        .unwrap();
     assert_eq!(store.tool_calls("t1").await.unwrap(), vec![call]);
 
     let model = ModelCallRow {
@@ -94,7 +126,10 @@ async fn suite(store: &Store) {
         error: Some("HTTP 500".into()),
         created_at: now,
     };
-    store.insert_model_calls(std::slice::from_ref(&model)).await.unwrap();
+    store
+        .insert_model_calls(std::slice::from_ref(&model))
+        .await
+        .unwrap();
     assert_eq!(store.model_calls("t1").await.unwrap(), vec![model]);
 
     let approval = ApprovalRow {
@@ -109,7 +144,10 @@ async fn suite(store: &Store) {
     store.insert_approval(&approval).await.unwrap();
     store.decide_approval("c1", "approved").await.unwrap();
     let stored = store.approvals("t1").await.unwrap();
-    assert_eq!((stored[0].status.as_str(), stored[0].decided_at.is_some()), ("approved", true));
+    assert_eq!(
+        (stored[0].status.as_str(), stored[0].decided_at.is_some()),
+        ("approved", true)
+    );
 
     // Deleting a thread removes everything under it, and nothing else.
     assert!(store.delete_thread("t1").await.unwrap());
@@ -122,7 +160,9 @@ async fn suite(store: &Store) {
 
 #[tokio::test]
 async fn store_suite_on_postgres() {
-    let db = TestDb::postgres().await.expect("PostgreSQL must be running (scripts/test.sh starts it)");
+    let db = TestDb::postgres()
+        .await
+        .expect("PostgreSQL must be running (scripts/test.sh starts it)");
     suite(&db.store).await;
     db.drop_database().await.unwrap();
 }

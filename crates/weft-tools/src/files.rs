@@ -11,11 +11,15 @@ use crate::workspace::resolve;
 const READ_LIMIT_BYTES: u64 = 1 << 20;
 
 fn root(ctx: &ToolContext) -> Result<&std::path::Path, ToolError> {
-    ctx.workspace_root.as_deref().ok_or_else(|| ToolError::model("no workspace is configured for this session"))
+    ctx.workspace_root
+        .as_deref()
+        .ok_or_else(|| ToolError::model("no workspace is configured for this session"))
 }
 
 fn path_arg(args: &Value) -> Result<&str, ToolError> {
-    args.get("path").and_then(Value::as_str).ok_or_else(|| ToolError::model("`path` is required"))
+    args.get("path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::model("`path` is required"))
 }
 
 pub struct ReadFile;
@@ -40,7 +44,9 @@ impl Tool for ReadFile {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;
         let path = resolve(root(ctx)?, relative, false).map_err(|r| ToolError::Model(r.0))?;
-        let file = tokio::fs::File::open(&path).await.map_err(|e| ToolError::model(format!("cannot read {relative}: {e}")))?;
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| ToolError::model(format!("cannot read {relative}: {e}")))?;
         let mut bytes = Vec::new();
         use tokio::io::AsyncReadExt;
         file.take(READ_LIMIT_BYTES)
@@ -78,9 +84,14 @@ impl Tool for WriteFile {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;
-        let content = args.get("content").and_then(Value::as_str).ok_or_else(|| ToolError::model("`content` is required"))?;
+        let content = args
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ToolError::model("`content` is required"))?;
         let path = resolve(root(ctx)?, relative, true).map_err(|r| ToolError::Model(r.0))?;
-        tokio::fs::write(&path, content).await.map_err(|e| ToolError::model(format!("cannot write {relative}: {e}")))?;
+        tokio::fs::write(&path, content)
+            .await
+            .map_err(|e| ToolError::model(format!("cannot write {relative}: {e}")))?;
         Ok(format!("wrote {} bytes to {relative}", content.len()))
     }
 }

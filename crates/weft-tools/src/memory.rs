@@ -7,7 +7,9 @@ use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
 fn string_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key).and_then(Value::as_str).ok_or_else(|| ToolError::model(format!("`{key}` is required")))
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::model(format!("`{key}` is required")))
 }
 
 pub struct MemoryList;
@@ -55,7 +57,12 @@ impl Tool for MemoryRead {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let key = string_arg(&args, "key")?;
-        ctx.memory.get(key).ok_or_else(|| ToolError::model(format!("no memory entry `{key}`; keys: {:?}", ctx.memory.keys())))
+        ctx.memory.get(key).ok_or_else(|| {
+            ToolError::model(format!(
+                "no memory entry `{key}`; keys: {:?}",
+                ctx.memory.keys()
+            ))
+        })
     }
 }
 

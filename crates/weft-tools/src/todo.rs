@@ -38,8 +38,14 @@ impl Tool for TodoWrite {
         ToolCategory::Read
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let todos: Vec<Todo> = serde_json::from_value(args.get("todos").cloned().unwrap_or(Value::Null))
-            .map_err(|e| ToolError::model(format!("`todos` must be a list of {{content, status}}: {e}")))?;
+        let todos: Vec<Todo> = serde_json::from_value(
+            args.get("todos").cloned().unwrap_or(Value::Null),
+        )
+        .map_err(|e| {
+            ToolError::model(format!(
+                "`todos` must be a list of {{content, status}}: {e}"
+            ))
+        })?;
         let lines: Vec<String> = todos
             .iter()
             .map(|t| {
@@ -51,7 +57,10 @@ impl Tool for TodoWrite {
                 format!("{mark} {}", t.content)
             })
             .collect();
-        ctx.memory.set(TODOS_KEY, args.get("todos").map(Value::to_string).unwrap_or_default());
+        ctx.memory.set(
+            TODOS_KEY,
+            args.get("todos").map(Value::to_string).unwrap_or_default(),
+        );
         let done = todos.iter().filter(|t| t.status == "completed").count();
         Ok(format!("{done}/{} done\n{}", todos.len(), lines.join("\n")))
     }

@@ -19,14 +19,20 @@ pub fn resolve(root: &Path, relative: &str, create_parents: bool) -> Result<Path
         match component {
             Component::Normal(part) => clean.push(part),
             Component::CurDir => {}
-            Component::ParentDir => return Err(Refused(format!("`..` is not allowed in paths ({relative})"))),
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(Refused(format!("absolute paths are not allowed ({relative}); use a path relative to the workspace")))
+            Component::ParentDir => {
+                return Err(Refused(format!(
+                    "`..` is not allowed in paths ({relative})"
+                )))
             }
+            Component::RootDir | Component::Prefix(_) => return Err(Refused(format!(
+                "absolute paths are not allowed ({relative}); use a path relative to the workspace"
+            ))),
         }
     }
     if clean.as_os_str().is_empty() {
-        return Err(Refused("the path names the workspace itself, not a file".into()));
+        return Err(Refused(
+            "the path names the workspace itself, not a file".into(),
+        ));
     }
     let root = root
         .canonicalize()
@@ -37,7 +43,11 @@ pub fn resolve(root: &Path, relative: &str, create_parents: bool) -> Result<Path
     if target.symlink_metadata().is_ok() {
         // It exists: follow every link and check where it really is.
         let real = target.canonicalize().map_err(|_| outside())?;
-        return if real.starts_with(&root) { Ok(real) } else { Err(outside()) };
+        return if real.starts_with(&root) {
+            Ok(real)
+        } else {
+            Err(outside())
+        };
     }
     // It does not exist yet: its nearest existing ancestor must be inside the root.
     let mut ancestor = target.parent();
@@ -51,7 +61,8 @@ pub fn resolve(root: &Path, relative: &str, create_parents: bool) -> Result<Path
             let resolved = real.join(rest);
             if create_parents {
                 if let Some(parent) = resolved.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| Refused(format!("cannot create {relative}: {e}")))?;
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| Refused(format!("cannot create {relative}: {e}")))?;
                 }
             }
             return Ok(resolved);
@@ -68,9 +79,15 @@ mod tests {
     #[test]
     fn refuses_parent_dirs_and_absolute_paths() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(resolve(dir.path(), "../x", false).unwrap_err().0.contains(".."));
+        assert!(resolve(dir.path(), "../x", false)
+            .unwrap_err()
+            .0
+            .contains(".."));
         assert!(resolve(dir.path(), "a/../../x", false).is_err());
-        assert!(resolve(dir.path(), "/etc/passwd", false).unwrap_err().0.contains("absolute"));
+        assert!(resolve(dir.path(), "/etc/passwd", false)
+            .unwrap_err()
+            .0
+            .contains("absolute"));
         assert!(resolve(dir.path(), "", false).is_err());
         assert!(resolve(dir.path(), ".", false).is_err());
     }
@@ -89,9 +106,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "s").unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("file_link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("file_link"))
+            .unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("dir_link")).unwrap();
-        assert!(resolve(dir.path(), "file_link", false).unwrap_err().0.contains("outside"));
+        assert!(resolve(dir.path(), "file_link", false)
+            .unwrap_err()
+            .0
+            .contains("outside"));
         assert!(resolve(dir.path(), "dir_link/secret", false).is_err());
         assert!(resolve(dir.path(), "dir_link/new.txt", true).is_err());
         // A link that stays inside is fine.

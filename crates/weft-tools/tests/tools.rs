@@ -27,10 +27,22 @@ fn ctx(root: Option<&Path>) -> ToolContext {
 async fn write_then_read_inside_the_workspace() {
     let dir = tempfile::tempdir().unwrap();
     let c = ctx(Some(dir.path()));
-    let out = WriteFile.call(json!({"path": "notes/a.md", "content": "héllo"}), &c).await.unwrap();
+    let out = WriteFile
+        .call(json!({"path": "notes/a.md", "content": "héllo"}), &c)
+        .await
+        .unwrap();
     assert_eq!(out, "wrote 6 bytes to notes/a.md");
-    assert_eq!(std::fs::read_to_string(dir.path().join("notes/a.md")).unwrap(), "héllo");
-    assert_eq!(ReadFile.call(json!({"path": "notes/a.md"}), &c).await.unwrap(), "héllo");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes/a.md")).unwrap(),
+        "héllo"
+    );
+    assert_eq!(
+        ReadFile
+            .call(json!({"path": "notes/a.md"}), &c)
+            .await
+            .unwrap(),
+        "héllo"
+    );
 }
 
 #[tokio::test]
@@ -40,26 +52,44 @@ async fn escapes_are_refused_and_nothing_is_written_outside() {
     std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
     let c = ctx(Some(dir.path()));
     for path in ["../escape.txt", "/tmp/escape.txt", "out/escape.txt"] {
-        let err = WriteFile.call(json!({"path": path, "content": "x"}), &c).await.unwrap_err();
+        let err = WriteFile
+            .call(json!({"path": path, "content": "x"}), &c)
+            .await
+            .unwrap_err();
         assert!(matches!(err, ToolError::Model(_)), "{path}");
     }
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
-    assert!(ReadFile.call(json!({"path": "/etc/hostname"}), &c).await.is_err());
+    assert!(ReadFile
+        .call(json!({"path": "/etc/hostname"}), &c)
+        .await
+        .is_err());
 }
 
 #[tokio::test]
 async fn without_a_workspace_file_tools_refuse() {
-    let err = ReadFile.call(json!({"path": "a"}), &ctx(None)).await.unwrap_err();
-    assert_eq!(err, ToolError::model("no workspace is configured for this session"));
+    let err = ReadFile
+        .call(json!({"path": "a"}), &ctx(None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ToolError::model("no workspace is configured for this session")
+    );
 }
 
 #[tokio::test]
 async fn memory_tools_share_the_turn_memory() {
     let c = ctx(None);
-    MemoryWrite.call(json!({"key": "k", "value": "v"}), &c).await.unwrap();
+    MemoryWrite
+        .call(json!({"key": "k", "value": "v"}), &c)
+        .await
+        .unwrap();
     assert_eq!(MemoryRead.call(json!({"key": "k"}), &c).await.unwrap(), "v");
     assert_eq!(MemoryList.call(json!({}), &c).await.unwrap(), "[\"k\"]");
-    assert!(MemoryRead.call(json!({"key": "missing"}), &c).await.is_err());
+    assert!(MemoryRead
+        .call(json!({"key": "missing"}), &c)
+        .await
+        .is_err());
 }
 
 #[tokio::test]

@@ -47,17 +47,31 @@ impl TestServer {
         config.server.shutdown_timeout_ms = 5_000;
         configure(&mut config);
 
-        let db = if use_sqlite() { TestDb::sqlite(dir.path()).await.unwrap() } else { TestDb::postgres().await.unwrap() };
+        let db = if use_sqlite() {
+            TestDb::sqlite(dir.path()).await.unwrap()
+        } else {
+            TestDb::postgres().await.unwrap()
+        };
         let providers = Providers::from_config(&config).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = AppState::new(config, db.store.clone(), providers, addr).await.unwrap();
+        let state = AppState::new(config, db.store.clone(), providers, addr)
+            .await
+            .unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(weft_server::serve(state.clone(), listener, async move {
             let _ = rx.await;
         }));
         let workspace = workspace.canonicalize().unwrap();
-        TestServer { addr, state, workspace, shutdown: Some(tx), handle: Some(handle), db: Some(db), _dir: dir }
+        TestServer {
+            addr,
+            state,
+            workspace,
+            shutdown: Some(tx),
+            handle: Some(handle),
+            db: Some(db),
+            _dir: dir,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -69,13 +83,19 @@ impl TestServer {
     }
 
     pub async fn client_with_key(&self, key: Option<&str>) -> Result<Client, u16> {
-        let mut request = format!("ws://{}/ws", self.addr).into_client_request().unwrap();
+        let mut request = format!("ws://{}/ws", self.addr)
+            .into_client_request()
+            .unwrap();
         if let Some(key) = key {
-            request.headers_mut().insert("Authorization", format!("Bearer {key}").parse().unwrap());
+            request
+                .headers_mut()
+                .insert("Authorization", format!("Bearer {key}").parse().unwrap());
         }
         match tokio_tungstenite::connect_async(request).await {
             Ok((ws, _)) => Ok(Client { ws }),
-            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => Err(response.status().as_u16()),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                Err(response.status().as_u16())
+            }
             Err(e) => panic!("connect failed: {e}"),
         }
     }
@@ -88,7 +108,10 @@ impl TestServer {
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// Shut down (as on SIGTERM) and wait for the server to finish.
@@ -104,8 +127,19 @@ impl TestServer {
             let _ = tx.send(());
         }
         if let Some(handle) = self.handle.take() {
-            tokio::time::timeout(Duration::from_secs(20), handle).await.unwrap().unwrap().unwrap();
+            tokio::time::timeout(Duration::from_secs(20), handle)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
         }
+    }
+
+    /// A new connection to the server's database (after shutdown closed the server's pool).
+    pub async fn reopened_store(&self) -> weft_store::Store {
+        weft_store::Store::connect(&self.db.as_ref().unwrap().url)
+            .await
+            .unwrap()
     }
 
     pub fn store(&self) -> &weft_store::Store {
@@ -119,11 +153,17 @@ pub struct Client {
 
 impl Client {
     pub async fn send(&mut self, frame: Value) {
-        self.ws.send(Message::Text(frame.to_string().into())).await.unwrap();
+        self.ws
+            .send(Message::Text(frame.to_string().into()))
+            .await
+            .unwrap();
     }
 
     pub async fn send_text(&mut self, text: &str) {
-        self.ws.send(Message::Text(text.to_owned().into())).await.unwrap();
+        self.ws
+            .send(Message::Text(text.to_owned().into()))
+            .await
+            .unwrap();
     }
 
     pub async fn send_msgpack(&mut self, frame: &Value) {
@@ -142,13 +182,16 @@ impl Client {
                 data[k] = v;
             }
         }
-        self.send(json!({"command": "chat_message", "request_id": "r1", "data": data})).await;
+        self.send(json!({"command": "chat_message", "request_id": "r1", "data": data}))
+            .await;
     }
 
     /// The next frame (JSON or MessagePack), or `{"type": "__closed", "code": …}`.
     pub async fn recv(&mut self) -> Value {
         loop {
-            let next = tokio::time::timeout(Duration::from_secs(15), self.ws.next()).await.expect("timed out waiting for a frame");
+            let next = tokio::time::timeout(Duration::from_secs(15), self.ws.next())
+                .await
+                .expect("timed out waiting for a frame");
             match next {
                 Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
                 Some(Ok(Message::Binary(b))) => {
@@ -181,7 +224,8 @@ impl Client {
 
     /// Frames until the turn's final `chunk {done: true}`.
     pub async fn turn(&mut self) -> Vec<Value> {
-        self.recv_until(|f| f["type"] == "chunk" && f["done"] == true).await
+        self.recv_until(|f| f["type"] == "chunk" && f["done"] == true)
+            .await
     }
 
     pub async fn close(mut self) {
@@ -202,7 +246,11 @@ pub fn text_of(frames: &[Value]) -> String {
 }
 
 pub fn thread_of(frames: &[Value]) -> String {
-    frames.iter().find_map(|f| f["thread_id"].as_str()).unwrap().to_owned()
+    frames
+        .iter()
+        .find_map(|f| f["thread_id"].as_str())
+        .unwrap()
+        .to_owned()
 }
 
 /// A compact line per frame for sequence assertions.
@@ -212,7 +260,12 @@ pub fn kinds(frames: &[Value]) -> Vec<String> {
         .map(|f| match f["type"].as_str().unwrap_or("?") {
             "chunk" if f["done"] == true => "done".to_owned(),
             "chunk" => format!("chunk d{}", f["depth"]),
-            "tool_call_update" => format!("{} {} d{}", f["status"].as_str().unwrap(), f["name"].as_str().unwrap(), f["depth"]),
+            "tool_call_update" => format!(
+                "{} {} d{}",
+                f["status"].as_str().unwrap(),
+                f["name"].as_str().unwrap(),
+                f["depth"]
+            ),
             other => other.to_owned(),
         })
         .collect()

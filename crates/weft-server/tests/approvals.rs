@@ -1,0 +1,234 @@
+//! Permission modes and live approvals over the socket, with the workspace on disk.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+use support::{of_type, thread_of, Client, TestServer};
+
+fn two_writes() -> Value {
+    json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.md", "content": "A"}}]},
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "b.md", "content": "B"}}]},
+        {"text": "done"}
+    ]}]})
+}
+
+/// Run a turn, answering each approval request with the next decision.
+async fn answering(c: &mut Client, decisions: &[&str]) -> Vec<Value> {
+    let mut decisions = decisions.iter();
+    let mut frames = Vec::new();
+    loop {
+        let f = c.recv().await;
+        if f["type"] == "tool_approval_request" {
+            let decision = decisions.next().expect("an unexpected approval request");
+            c.send(json!({"type": "tool_approval_response", "tool_call_id": f["tool_call_id"], "decision": decision})).await;
+        }
+        let done = f["type"] == "chunk" && f["done"] == true;
+        frames.push(f);
+        if done {
+            return frames;
+        }
+    }
+}
+
+fn results(frames: &[Value]) -> Vec<(bool, String)> {
+    of_type(frames, "tool_call_update")
+        .into_iter()
+        .filter(|f| f["status"] == "end")
+        .map(|f| {
+            (
+                f["is_error"].as_bool().unwrap(),
+                f["result"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn allow_runs_the_call_and_records_the_outcome() {
+    let server = TestServer::start(two_writes()).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let frames = answering(&mut c, &["allow", "allow"]).await;
+    assert_eq!(of_type(&frames, "tool_approval_request").len(), 2);
+    let request = of_type(&frames, "tool_approval_request")[0];
+    assert_eq!(
+        (
+            request["name"].as_str(),
+            request["category"].as_str(),
+            request["args"]["path"].as_str()
+        ),
+        (Some("write_file"), Some("write"), Some("a.md"))
+    );
+    assert_eq!(
+        std::fs::read_to_string(server.workspace.join("a.md")).unwrap(),
+        "A"
+    );
+    assert_eq!(
+        std::fs::read_to_string(server.workspace.join("b.md")).unwrap(),
+        "B"
+    );
+    let thread = thread_of(&frames);
+    let approvals = server.store().approvals(&thread).await.unwrap();
+    assert_eq!(
+        approvals
+            .iter()
+            .map(|a| a.status.as_str())
+            .collect::<Vec<_>>(),
+        vec!["approved", "approved"]
+    );
+    let audit = server.store().tool_calls(&thread).await.unwrap();
+    assert!(audit
+        .iter()
+        .all(|r| r.approval_status == "approved" && r.status == "success"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn allow_for_this_chat_lasts_for_that_thread_only() {
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.md", "content": "A"}}]},
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "b.md", "content": "B"}}]},
+        {"text": "done", "repeat": true}
+    ]}]}))
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let frames = answering(&mut c, &["allow_for_chat"]).await;
+    assert_eq!(
+        of_type(&frames, "tool_approval_request").len(),
+        1,
+        "the second write did not ask"
+    );
+    assert!(server.workspace.join("b.md").exists());
+    // A different thread asks again.
+    c.chat(None, "write elsewhere", json!({})).await;
+    let frames = answering(&mut c, &["deny", "deny"]).await;
+    assert_eq!(of_type(&frames, "tool_approval_request").len(), 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn deny_is_an_error_result_and_nothing_is_written() {
+    let server = TestServer::start(two_writes()).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let frames = answering(&mut c, &["deny", "deny"]).await;
+    let r = results(&frames);
+    assert!(
+        r.iter()
+            .all(|(err, text)| *err && text.starts_with("denied:")),
+        "{r:?}"
+    );
+    assert!(!server.workspace.join("a.md").exists());
+    let approvals = server.store().approvals(&thread_of(&frames)).await.unwrap();
+    assert!(approvals.iter().all(|a| a.status == "rejected"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn plan_never_writes_and_auto_never_asks() {
+    let server = TestServer::start(two_writes()).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({"permission_mode": "plan"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "tool_approval_request").is_empty());
+    assert!(results(&frames)
+        .iter()
+        .all(|(err, text)| *err && text.contains("unavailable in plan mode")));
+    assert!(!server.workspace.join("a.md").exists());
+    let thread = thread_of(&frames);
+    assert_eq!(
+        server
+            .store()
+            .thread(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .permission_mode,
+        "plan"
+    );
+    assert_eq!(
+        of_type(&frames, "message")[0]["message"]["permission_mode"],
+        "plan"
+    );
+
+    c.chat(None, "write", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "tool_approval_request").is_empty());
+    assert!(server.workspace.join("a.md").exists() && server.workspace.join("b.md").exists());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn set_permission_mode_applies_to_the_next_call_and_auto_releases_pending() {
+    let server = TestServer::start(two_writes()).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let frames = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    let thread = thread_of(&frames);
+    c.send(json!({"command": "set_permission_mode", "data": {"thread_id": thread, "permission_mode": "auto"}})).await;
+    let frames = c.turn().await;
+    assert!(
+        of_type(&frames, "tool_approval_request").is_empty(),
+        "the second write ran without asking"
+    );
+    assert!(server.workspace.join("a.md").exists() && server.workspace.join("b.md").exists());
+    assert_eq!(
+        server
+            .store()
+            .thread(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .permission_mode,
+        "auto"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn workspace_escapes_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [
+            {"name": "write_file", "arguments": {"path": "../escape.txt", "content": "x"}},
+            {"name": "write_file", "arguments": {"path": format!("{}/abs.txt", outside.path().display()), "content": "x"}},
+            {"name": "write_file", "arguments": {"path": "link/linked.txt", "content": "x"}},
+            {"name": "read_file", "arguments": {"path": "link/secret.txt"}}]},
+        {"text": "refused"}
+    ]}]}))
+    .await;
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    std::os::unix::fs::symlink(outside.path(), server.workspace.join("link")).unwrap();
+    let mut c = server.client().await;
+    c.chat(None, "escape", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let r = results(&frames);
+    assert_eq!(r.len(), 4);
+    assert!(r[0].0 && r[0].1.contains("`..`"), "{:?}", r[0]);
+    assert!(r[1].0 && r[1].1.contains("absolute"), "{:?}", r[1]);
+    assert!(
+        r[2].0 && r[2].1.contains("outside the workspace"),
+        "{:?}",
+        r[2]
+    );
+    assert!(r[3].0 && !r[3].1.contains("top secret"), "{:?}", r[3]);
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "nothing was written outside"
+    );
+    assert!(!server
+        .workspace
+        .parent()
+        .unwrap()
+        .join("escape.txt")
+        .exists());
+    server.stop().await;
+}

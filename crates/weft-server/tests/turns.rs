@@ -1,0 +1,184 @@
+//! Turn lifecycle: stop, one turn per thread, resume after a dropped socket, the detach
+//! grace period, and shutdown that persists what running turns produced.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use support::{kinds, of_type, text_of, thread_of, TestServer};
+
+fn slow_script() -> serde_json::Value {
+    json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["one ", "two ", "three ", "four ", "five "], "chunk_delay_ms": 150}
+    ]}]})
+}
+
+#[tokio::test]
+async fn stop_ends_a_turn_within_a_second_and_keeps_partial_text() {
+    let server = TestServer::start(json!({"conversations": [
+        {"match": "slow", "steps": [{"text": "late", "delay_ms": 30000}]},
+        {"match": "*", "steps": [
+            {"chunks": ["thinking... "], "tool_calls": [{"name": "run_subtask", "arguments": {"title": "long", "instructions": "slow work"}}]},
+            {"text": "never"}]}]}))
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "do it", json!({})).await;
+    let first = c.recv_until(|f| f["type"] == "tool_call_update").await;
+    let thread = thread_of(&first);
+    let asked = Instant::now();
+    c.send(json!({"command": "stop", "data": {"thread_id": thread}}))
+        .await;
+    let rest = c.turn().await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "stopped in {:?}",
+        asked.elapsed()
+    );
+    let end = of_type(&rest, "tool_call_update")
+        .into_iter()
+        .find(|f| f["status"] == "end" && f["depth"] == 0)
+        .unwrap();
+    assert_eq!(end["is_error"], true);
+    let stored = server.store().messages(&thread).await.unwrap();
+    assert_eq!(
+        (stored[1].status.as_str(), stored[1].content.clone()),
+        ("cancelled", json!("thinking... "))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_turn_per_thread() {
+    let server = TestServer::start(slow_script()).await;
+    let mut c = server.client().await;
+    c.chat(None, "first", json!({})).await;
+    let first = c.recv_until(|f| f["type"] == "chunk").await;
+    let thread = thread_of(&first);
+    c.chat(Some(&thread), "second", json!({})).await;
+    let frames = c.recv_until(|f| f["type"] == "error").await;
+    assert_eq!(frames.last().unwrap()["code"], "turn_in_progress");
+    c.turn().await;
+    c.chat(Some(&thread), "third", json!({})).await;
+    assert!(
+        !of_type(&c.turn().await, "message").is_empty(),
+        "after the turn ends the thread takes a new one"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn resume_after_a_dropped_socket_replays_then_continues_live() {
+    let server = TestServer::start(slow_script()).await;
+    let mut c = server.client().await;
+    c.chat(None, "go", json!({})).await;
+    let seen = c.recv_until(|f| f["type"] == "chunk").await;
+    let thread = thread_of(&seen);
+    let last_seq = seen.last().unwrap()["seq"].as_u64().unwrap();
+    c.close().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let mut c = server.client().await;
+    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}))
+        .await;
+    let rest = c.turn().await;
+    let seqs: Vec<u64> = rest.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs[0],
+        last_seq + 1,
+        "replay starts right after what the client saw"
+    );
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "no gaps: {seqs:?}"
+    );
+    let mut all = seen.clone();
+    all.extend(rest.clone());
+    assert_eq!(text_of(&all), "one two three four five ");
+    let stored = server.store().messages(&thread).await.unwrap();
+    assert_eq!(stored[1].status, "completed");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn with_no_grace_a_dropped_socket_aborts_the_turn() {
+    let server = TestServer::start_with(slow_script(), |c| c.server.detach_grace_ms = 0).await;
+    let mut c = server.client().await;
+    c.chat(None, "go", json!({})).await;
+    let seen = c.recv_until(|f| f["type"] == "chunk").await;
+    let thread = thread_of(&seen);
+    c.close().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stored = server.store().messages(&thread).await.unwrap();
+        if stored.len() == 2 {
+            assert_eq!(stored[1].status, "cancelled");
+            assert_eq!(stored[1].content, json!("one "));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the turn was not aborted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_running_turns_finish_and_persists_them() {
+    let mut server = TestServer::start(slow_script()).await;
+    let mut c = server.client().await;
+    c.chat(None, "go", json!({})).await;
+    let seen = c.recv_until(|f| f["type"] == "chunk").await;
+    let thread = thread_of(&seen);
+    server.shutdown_and_wait().await;
+    let closed = c.recv_until(|f| f["type"] == "__closed").await;
+    assert_eq!(closed.last().unwrap()["code"], 1001);
+    let stored = server
+        .reopened_store()
+        .await
+        .messages(&thread)
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored[1].status.as_str(), stored[1].content.clone()),
+        ("completed", json!("one two three four five "))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_past_its_timeout_stops_turns_and_still_persists() {
+    let mut server =
+        TestServer::start_with(slow_script(), |c| c.server.shutdown_timeout_ms = 100).await;
+    let mut c = server.client().await;
+    c.chat(None, "go", json!({})).await;
+    let thread = thread_of(&c.recv_until(|f| f["type"] == "chunk").await);
+    server.shutdown_and_wait().await;
+    let stored = server
+        .reopened_store()
+        .await
+        .messages(&thread)
+        .await
+        .unwrap();
+    assert_eq!(stored[1].status, "cancelled");
+    assert!(stored[1].content.as_str().unwrap().starts_with("one "));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn frames_carry_an_increasing_seq_across_turns() {
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "a"}, {"text": "b"}]}]}),
+    )
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "x", json!({})).await;
+    let first = c.turn().await;
+    let thread = thread_of(&first);
+    c.chat(Some(&thread), "y", json!({})).await;
+    let second = c.turn().await;
+    assert_eq!(kinds(&second)[0], "turn_started");
+    assert!(second[0]["seq"].as_u64().unwrap() > first.last().unwrap()["seq"].as_u64().unwrap());
+    server.stop().await;
+}
