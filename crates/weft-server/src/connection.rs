@@ -43,6 +43,9 @@ pub async fn ws_handler(
     // tungstenite's own cap sits above ours, so an oversize frame reaches us and gets 1009.
     let hard_cap = limit.saturating_mul(2).max(limit + 64 * 1024);
     upgrade
+        // Small socket buffers keep an idle connection cheap; frames are flushed as sent.
+        .read_buffer_size(4 * 1024)
+        .write_buffer_size(0)
         .max_message_size(hard_cap)
         .max_frame_size(hard_cap)
         .on_upgrade(move |socket| run(state, user, socket))

@@ -52,8 +52,6 @@ pub async fn persist_turn(
         cost_usd: outcome.totals.cost_usd,
         created_at: now_ms(),
     };
-    store.insert_message(&message).await?;
-
     let tool_rows: Vec<ToolCallRow> = outcome
         .tree
         .nodes
@@ -74,8 +72,6 @@ pub async fn persist_turn(
             duration_ms: node.duration_ms,
         })
         .collect();
-    store.insert_tool_calls(&tool_rows).await?;
-
     let now = now_ms();
     let model_rows: Vec<ModelCallRow> = outcome
         .model_calls
@@ -95,7 +91,7 @@ pub async fn persist_turn(
             created_at: now,
         })
         .collect();
-    store.insert_model_calls(&model_rows).await?;
+    store.record_turn(&message, &tool_rows, &model_rows).await?;
     Ok(message)
 }
 

@@ -110,46 +110,20 @@ async fn prepare(
     let state = &conn.state;
     if let Some(mode) = data.permission_mode {
         runtime.gate.set_mode(mode);
-        state
-            .store
-            .set_thread_mode(&runtime.id, mode.as_str())
-            .await
-            .map_err(internal)?;
+        state.store.set_thread_mode(&runtime.id, mode.as_str()).await.map_err(internal)?;
     }
     let permission_mode = runtime.gate.mode();
     runtime.subscribe(conn.id, conn.tx.clone());
 
-    state
-        .store
-        .insert_message(&NewMessage {
-            id: new_id(),
-            thread_id: runtime.id.clone(),
-            role: "user".to_owned(),
-            content: serde_json::to_value(&data.content).unwrap_or_else(|_| json!("")),
-            execution_tree: None,
-            permission_mode: Some(permission_mode.as_str().to_owned()),
-            status: "completed".to_owned(),
-            input_tokens: 0,
-            output_tokens: 0,
-            cost_usd: 0.0,
-            created_at: now_ms(),
-        })
-        .await
-        .map_err(internal)?;
-    let rows = state.store.messages(&runtime.id).await.map_err(internal)?;
-    let history = provider_history(&rows, state.agent.max_history_tokens);
-
     let context = data.chat_context();
-    let mut policy =
-        ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
+    let mut policy = ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
     policy.allow_private_network = state.config.policy.allow_private_network;
     if state.config.policy.allow_secrets {
         policy.classes.insert(PolicyClass::Secrets);
     }
     let toolbelt = compose_toolbelt(&state.tools, &policy, &context);
     let can_delegate = state.agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
-    let mut system_prompt =
-        prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
+    let mut system_prompt = prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
     if let Some(hint) = mode.prompt_hint() {
         system_prompt.push_str("\n\n");
         system_prompt.push_str(hint);
@@ -165,7 +139,7 @@ async fn prepare(
         provider,
         model,
         system_prompt,
-        history,
+        history: Vec::new(),
         toolbelt,
         config: state.agent.clone(),
         gate: runtime.gate.clone(),
@@ -175,6 +149,19 @@ async fn prepare(
         memory: AgentMemory::new(),
         workspace_root: state.workspace_root.clone(),
     };
+    let user_message = NewMessage {
+        id: new_id(),
+        thread_id: runtime.id.clone(),
+        role: "user".to_owned(),
+        content: serde_json::to_value(&data.content).unwrap_or_else(|_| json!("")),
+        execution_tree: None,
+        permission_mode: Some(permission_mode.as_str().to_owned()),
+        status: "completed".to_owned(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: 0.0,
+        created_at: now_ms(),
+    };
     let turn = TurnTask {
         state: state.clone(),
         runtime: runtime.clone(),
@@ -183,7 +170,7 @@ async fn prepare(
         permission_mode,
         provider_name,
     };
-    state.turns.spawn(turn.run(spec, mode));
+    state.turns.spawn(turn.run(user_message, spec, mode));
     Ok(())
 }
 
@@ -197,8 +184,31 @@ struct TurnTask {
 }
 
 impl TurnTask {
-    async fn run(self, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
+    async fn run(self, user_message: NewMessage, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
         self.state.metrics.active_turns.inc();
+        match self.load_history(&user_message).await {
+            Ok(history) => {
+                spec.history = history;
+                self.drive(spec, mode).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, thread = %self.runtime.id, "cannot start a turn");
+                self.publish_error(ErrorCode::Internal, "the message could not be saved; see the server log".into());
+                self.runtime.publish(ServerEvent::Chunk { content: String::new(), done: true, parent_id: None, depth: 0 });
+            }
+        }
+        self.runtime.end();
+        self.state.metrics.active_turns.dec();
+    }
+
+    /// Save the user message (before the loop starts) and load the thread's history.
+    async fn load_history(&self, user_message: &NewMessage) -> Result<Vec<weft_core::ChatMessage>, weft_store::StoreError> {
+        self.state.store.insert_message(user_message).await?;
+        let rows = self.state.store.messages(&self.runtime.id).await?;
+        Ok(provider_history(&rows, self.state.agent.max_history_tokens))
+    }
+
+    async fn drive(&self, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
         let (sink, mut events) = EventSink::channel();
         spec.events = sink;
         let run = mode.run(spec);
@@ -213,8 +223,6 @@ impl TurnTask {
             self.forward(event).await;
         }
         self.finish(outcome).await;
-        self.runtime.end();
-        self.state.metrics.active_turns.dec();
     }
 
     /// Side effects of an event (approval records, counters), then out to the clients.

@@ -149,6 +149,20 @@ async fn suite(store: &Store) {
         ("approved", true)
     );
 
+    // A whole turn in one transaction, more rows than one INSERT carries.
+    let turn_message = NewMessage { id: "m3".into(), status: "completed".into(), ..store.messages("t1").await.unwrap()[1].clone() };
+    let tool_template = store.tool_calls("t1").await.unwrap()[0].clone();
+    let model_template = store.model_calls("t1").await.unwrap()[0].clone();
+    let many: Vec<ToolCallRow> = (0..120)
+        .map(|i| ToolCallRow { tool_call_id: format!("bulk{i}"), message_id: "m3".into(), ..tool_template.clone() })
+        .collect();
+    let models: Vec<ModelCallRow> =
+        (0..60).map(|i| ModelCallRow { depth: i, message_id: "m3".into(), ..model_template.clone() }).collect();
+    store.record_turn(&turn_message, &many, &models).await.unwrap();
+    assert_eq!(store.messages("t1").await.unwrap().len(), 3);
+    assert_eq!(store.tool_calls("t1").await.unwrap().len(), 121);
+    assert_eq!(store.model_calls("t1").await.unwrap().len(), 61);
+
     // Deleting a thread removes everything under it, and nothing else.
     assert!(store.delete_thread("t1").await.unwrap());
     assert!(!store.delete_thread("t1").await.unwrap());
