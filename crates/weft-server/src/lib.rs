@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 
@@ -49,6 +50,13 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     tracing::info!("listening on {addr}");
     let token = state.shutdown.clone();
+    // Frames are small and flushed one by one: without TCP_NODELAY, Nagle and delayed ACKs
+    // add tens of milliseconds per exchange.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(async move {
             shutdown.await;

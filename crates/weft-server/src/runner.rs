@@ -7,13 +7,14 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    compose_toolbelt, prompts, AgentMemory, EventSink, ExecutionMode, ToolPolicy, TurnEnd,
-    TurnOutcome, TurnSpec,
+    compose_toolbelt, prompts, AgentMemory, ChatMessage, EventSink, ExecutionMode, ToolPolicy,
+    TurnEnd, TurnOutcome, TurnSpec,
 };
 use weft_protocol::{
-    ChatMessageData, ErrorCode, PermissionMode, PolicyClass, ServerEvent, ToolCallStatus,
+    ChatMessageData, ErrorCode, MessageContent, PermissionMode, PolicyClass, ServerEvent,
+    ToolCallStatus,
 };
-use weft_store::{new_id, now_ms, ApprovalRow, NewMessage};
+use weft_store::{new_id, now_ms, ApprovalRow, NewMessage, StoreError, ThreadRow};
 
 use crate::commands::{internal, Connection, Refusal};
 use crate::history::provider_history;
@@ -22,7 +23,9 @@ use crate::persist::{persist_turn, to_wire, TurnRecord};
 use crate::state::AppState;
 use crate::threads::ThreadRuntime;
 
-/// Validate and start a chat turn; it then runs on its own task.
+/// Validate and start a chat turn; it then runs on its own task. Only reads happen before
+/// `turn_started` goes out; the thread (when new) and the user message are written by the
+/// turn's task, in one transaction, before the loop starts.
 pub async fn start_turn(conn: &Connection, data: ChatMessageData) -> Result<(), Refusal> {
     let state = &conn.state;
     let mode_name = data.mode.clone().unwrap_or_else(|| "classic".to_owned());
@@ -38,92 +41,85 @@ pub async fn start_turn(conn: &Connection, data: ChatMessageData) -> Result<(), 
         .providers
         .model_for(&provider_name, data.model.as_deref());
     let text = data.content.text();
-    if text.trim().is_empty() && matches!(data.content, weft_protocol::MessageContent::Text(_)) {
+    if text.trim().is_empty() && matches!(data.content, MessageContent::Text(_)) {
         return Err((ErrorCode::InvalidField, "content is empty".into()));
     }
 
-    let thread_id = data.thread_id.clone().unwrap_or_else(new_id);
-    let row = match state.store.thread(&thread_id).await.map_err(internal)? {
+    // An absent or unknown thread id means a new thread owned by the caller.
+    let existing = match &data.thread_id {
+        Some(id) => state.store.thread(id).await.map_err(internal)?,
+        None => None,
+    };
+    let new_thread = match &existing {
         Some(row) if row.owner != conn.user.id => {
             return Err((
                 ErrorCode::Forbidden,
                 "that thread belongs to another user".into(),
             ))
         }
-        Some(row) => row,
+        Some(_) => None,
         None => {
-            let title: String = text.chars().take(80).collect();
-            state
-                .store
-                .create_thread(
-                    &thread_id,
-                    &conn.user.id,
-                    PermissionMode::Default.as_str(),
-                    &title,
-                )
-                .await
-                .map_err(internal)?
+            let now = now_ms();
+            Some(ThreadRow {
+                id: data.thread_id.clone().unwrap_or_else(new_id),
+                owner: conn.user.id.clone(),
+                title: text.chars().take(80).collect(),
+                permission_mode: data.permission_mode.unwrap_or_default().as_str().to_owned(),
+                created_at: now,
+                updated_at: now,
+            })
         }
     };
+    let row = existing
+        .as_ref()
+        .or(new_thread.as_ref())
+        .ok_or_else(|| internal("no thread"))?;
     let stored_mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
     let runtime = state.hub.get_or_insert(&row.id, &row.owner, stored_mode);
+    if runtime.owner != conn.user.id {
+        return Err((
+            ErrorCode::Forbidden,
+            "that thread belongs to another user".into(),
+        ));
+    }
     let cancel = CancellationToken::new();
     if !runtime.try_begin(cancel.clone()) {
         return Err((
             ErrorCode::TurnInProgress,
-            format!("thread `{thread_id}` already has a turn running; send stop first"),
+            format!(
+                "thread `{}` already has a turn running; send stop first",
+                row.id
+            ),
         ));
     }
-    match prepare(
-        conn,
-        &runtime,
-        &data,
-        mode_name,
-        mode,
-        provider_name,
-        provider,
-        model,
-        cancel,
-    )
-    .await
-    {
-        Ok(()) => Ok(()),
-        Err(refusal) => {
-            runtime.end();
-            Err(refusal)
-        }
-    }
-}
 
-#[allow(clippy::too_many_arguments)]
-async fn prepare(
-    conn: &Connection,
-    runtime: &Arc<ThreadRuntime>,
-    data: &ChatMessageData,
-    mode_name: String,
-    mode: Arc<dyn ExecutionMode>,
-    provider_name: String,
-    provider: Arc<dyn weft_core::Provider>,
-    model: String,
-    cancel: CancellationToken,
-) -> Result<(), Refusal> {
-    let state = &conn.state;
     if let Some(mode) = data.permission_mode {
         runtime.gate.set_mode(mode);
-        state.store.set_thread_mode(&runtime.id, mode.as_str()).await.map_err(internal)?;
+        if new_thread.is_none() {
+            if let Err(e) = state
+                .store
+                .set_thread_mode(&runtime.id, mode.as_str())
+                .await
+            {
+                runtime.end();
+                return Err(internal(e));
+            }
+        }
     }
     let permission_mode = runtime.gate.mode();
     runtime.subscribe(conn.id, conn.tx.clone());
 
     let context = data.chat_context();
-    let mut policy = ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
+    let mut policy =
+        ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
     policy.allow_private_network = state.config.policy.allow_private_network;
     if state.config.policy.allow_secrets {
         policy.classes.insert(PolicyClass::Secrets);
     }
     let toolbelt = compose_toolbelt(&state.tools, &policy, &context);
     let can_delegate = state.agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
-    let mut system_prompt = prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
+    let mut system_prompt =
+        prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);
     if let Some(hint) = mode.prompt_hint() {
         system_prompt.push_str("\n\n");
         system_prompt.push_str(hint);
@@ -170,7 +166,9 @@ async fn prepare(
         permission_mode,
         provider_name,
     };
-    state.turns.spawn(turn.run(user_message, spec, mode));
+    state
+        .turns
+        .spawn(turn.run(new_thread, user_message, spec, mode));
     Ok(())
 }
 
@@ -184,27 +182,52 @@ struct TurnTask {
 }
 
 impl TurnTask {
-    async fn run(self, user_message: NewMessage, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
+    async fn run(
+        self,
+        new_thread: Option<ThreadRow>,
+        user_message: NewMessage,
+        mut spec: TurnSpec,
+        mode: Arc<dyn ExecutionMode>,
+    ) {
         self.state.metrics.active_turns.inc();
-        match self.load_history(&user_message).await {
+        match self.begin(new_thread.as_ref(), user_message).await {
             Ok(history) => {
                 spec.history = history;
                 self.drive(spec, mode).await;
             }
             Err(e) => {
                 tracing::error!(error = %e, thread = %self.runtime.id, "cannot start a turn");
-                self.publish_error(ErrorCode::Internal, "the message could not be saved; see the server log".into());
-                self.runtime.publish(ServerEvent::Chunk { content: String::new(), done: true, parent_id: None, depth: 0 });
+                self.publish_error(
+                    ErrorCode::Internal,
+                    "the message could not be saved; see the server log".into(),
+                );
+                self.runtime.publish(ServerEvent::Chunk {
+                    content: String::new(),
+                    done: true,
+                    parent_id: None,
+                    depth: 0,
+                });
             }
         }
         self.runtime.end();
         self.state.metrics.active_turns.dec();
     }
 
-    /// Save the user message (before the loop starts) and load the thread's history.
-    async fn load_history(&self, user_message: &NewMessage) -> Result<Vec<weft_core::ChatMessage>, weft_store::StoreError> {
-        self.state.store.insert_message(user_message).await?;
-        let rows = self.state.store.messages(&self.runtime.id).await?;
+    /// Save the thread (when new) and the user message, then the history for the model
+    /// (a new thread's history is just that message).
+    async fn begin(
+        &self,
+        new_thread: Option<&ThreadRow>,
+        user_message: NewMessage,
+    ) -> Result<Vec<ChatMessage>, StoreError> {
+        self.state
+            .store
+            .begin_turn(new_thread, &user_message)
+            .await?;
+        let rows = match new_thread {
+            Some(_) => vec![user_message],
+            None => self.state.store.messages(&self.runtime.id).await?,
+        };
         Ok(provider_history(&rows, self.state.agent.max_history_tokens))
     }
 

@@ -1,9 +1,9 @@
 //! The audit trail: tool calls, model calls, approvals, and a whole turn in one transaction.
 
-use crate::{Result, Store};
 use crate::rows::{ApprovalRow, ModelCallRow, NewMessage, ToolCallRow};
 use crate::threads::insert_message;
 use crate::{new_id, now_ms, Tx};
+use crate::{Result, Store};
 
 impl Store {
     pub async fn insert_tool_calls(&self, rows: &[ToolCallRow]) -> Result<()> {
@@ -15,7 +15,12 @@ impl Store {
 
     /// A finished turn in one transaction: the assistant message, its tool calls and its
     /// model calls (one commit, multi-row inserts).
-    pub async fn record_turn(&self, message: &NewMessage, tools: &[ToolCallRow], models: &[ModelCallRow]) -> Result<()> {
+    pub async fn record_turn(
+        &self,
+        message: &NewMessage,
+        tools: &[ToolCallRow],
+        models: &[ModelCallRow],
+    ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         insert_message(&mut tx, message).await?;
         insert_tool_calls(&mut tx, tools).await?;
@@ -101,7 +106,9 @@ const ROWS_PER_INSERT: usize = 50;
 fn placeholders(rows: usize, columns: usize) -> String {
     (0..rows)
         .map(|r| {
-            let row: Vec<String> = (1..=columns).map(|c| format!("${}", r * columns + c)).collect();
+            let row: Vec<String> = (1..=columns)
+                .map(|c| format!("${}", r * columns + c))
+                .collect();
             format!("({})", row.join(", "))
         })
         .collect::<Vec<_>>()

@@ -3,8 +3,8 @@
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
-use crate::{Result, Store};
 use crate::now_ms;
+use crate::{Result, Store};
 
 fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
@@ -74,5 +74,4 @@ impl Store {
                 .await?;
         Ok(row.map(|r| r.try_get("user_id")).transpose()?)
     }
-
 }

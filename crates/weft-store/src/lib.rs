@@ -116,7 +116,6 @@ impl Store {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
-
 }
 
 fn sqlite_url(rest: &str) -> Result<String> {

@@ -1,8 +1,8 @@
 //! Threads and their messages.
 
-use crate::{Result, Store};
 use crate::rows::{MessageRow, NewMessage, ThreadRow};
 use crate::{now_ms, Tx};
+use crate::{Result, Store};
 
 impl Store {
     pub async fn create_thread(
@@ -33,6 +33,32 @@ impl Store {
             created_at: now,
             updated_at: now,
         })
+    }
+
+    /// Start a turn in one transaction: create the thread when it is new (its owner must
+    /// already exist), then save the user message.
+    pub async fn begin_turn(
+        &self,
+        new_thread: Option<&ThreadRow>,
+        user_message: &NewMessage,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(t) = new_thread {
+            sqlx::query(
+                "INSERT INTO threads (id, owner, title, permission_mode, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&t.id)
+            .bind(&t.owner)
+            .bind(&t.title)
+            .bind(&t.permission_mode)
+            .bind(t.created_at)
+            .bind(t.updated_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        insert_message(&mut tx, user_message).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     pub async fn thread(&self, id: &str) -> Result<Option<ThreadRow>> {
@@ -111,7 +137,6 @@ impl Store {
         .await?;
         rows.iter().map(MessageRow::from_row).collect()
     }
-
 }
 
 /// Insert a message and mark its thread active, inside `tx`.
@@ -133,6 +158,10 @@ pub(crate) async fn insert_message(tx: &mut Tx<'_>, m: &NewMessage) -> Result<()
     .bind(m.created_at)
     .execute(&mut **tx)
     .await?;
-    sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2").bind(now_ms()).bind(&m.thread_id).execute(&mut **tx).await?;
+    sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
+        .bind(now_ms())
+        .bind(&m.thread_id)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }

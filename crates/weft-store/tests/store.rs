@@ -150,18 +150,71 @@ async fn suite(store: &Store) {
     );
 
     // A whole turn in one transaction, more rows than one INSERT carries.
-    let turn_message = NewMessage { id: "m3".into(), status: "completed".into(), ..store.messages("t1").await.unwrap()[1].clone() };
+    let turn_message = NewMessage {
+        id: "m3".into(),
+        status: "completed".into(),
+        ..store.messages("t1").await.unwrap()[1].clone()
+    };
     let tool_template = store.tool_calls("t1").await.unwrap()[0].clone();
     let model_template = store.model_calls("t1").await.unwrap()[0].clone();
     let many: Vec<ToolCallRow> = (0..120)
-        .map(|i| ToolCallRow { tool_call_id: format!("bulk{i}"), message_id: "m3".into(), ..tool_template.clone() })
+        .map(|i| ToolCallRow {
+            tool_call_id: format!("bulk{i}"),
+            message_id: "m3".into(),
+            ..tool_template.clone()
+        })
         .collect();
-    let models: Vec<ModelCallRow> =
-        (0..60).map(|i| ModelCallRow { depth: i, message_id: "m3".into(), ..model_template.clone() }).collect();
-    store.record_turn(&turn_message, &many, &models).await.unwrap();
+    let models: Vec<ModelCallRow> = (0..60)
+        .map(|i| ModelCallRow {
+            depth: i,
+            message_id: "m3".into(),
+            ..model_template.clone()
+        })
+        .collect();
+    store
+        .record_turn(&turn_message, &many, &models)
+        .await
+        .unwrap();
     assert_eq!(store.messages("t1").await.unwrap().len(), 3);
     assert_eq!(store.tool_calls("t1").await.unwrap().len(), 121);
     assert_eq!(store.model_calls("t1").await.unwrap().len(), 61);
+
+    // A new thread and its first message in one transaction.
+    let fresh = weft_store::ThreadRow {
+        id: "t3".into(),
+        owner: "alice".into(),
+        title: "new".into(),
+        permission_mode: "auto".into(),
+        created_at: now,
+        updated_at: now,
+    };
+    let first = NewMessage {
+        id: "m9".into(),
+        thread_id: "t3".into(),
+        role: "user".into(),
+        ..store.messages("t1").await.unwrap()[0].clone()
+    };
+    store.begin_turn(Some(&fresh), &first).await.unwrap();
+    assert_eq!(
+        store.thread("t3").await.unwrap().unwrap().permission_mode,
+        "auto"
+    );
+    assert_eq!(store.messages("t3").await.unwrap().len(), 1);
+    let again = NewMessage {
+        id: "m10".into(),
+        ..first.clone()
+    };
+    assert!(
+        store.begin_turn(Some(&fresh), &again).await.is_err(),
+        "a thread is created once"
+    );
+    assert_eq!(
+        store.messages("t3").await.unwrap().len(),
+        1,
+        "the failed start left nothing behind"
+    );
+    store.begin_turn(None, &again).await.unwrap();
+    assert_eq!(store.messages("t3").await.unwrap().len(), 2);
 
     // Deleting a thread removes everything under it, and nothing else.
     assert!(store.delete_thread("t1").await.unwrap());

@@ -24,9 +24,11 @@ pub fn resolve(root: &Path, relative: &str, create_parents: bool) -> Result<Path
                     "`..` is not allowed in paths ({relative})"
                 )))
             }
-            Component::RootDir | Component::Prefix(_) => return Err(Refused(format!(
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(Refused(format!(
                 "absolute paths are not allowed ({relative}); use a path relative to the workspace"
-            ))),
+            )))
+            }
         }
     }
     if clean.as_os_str().is_empty() {

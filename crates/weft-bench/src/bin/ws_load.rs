@@ -79,7 +79,9 @@ fn rss_of(pid: u32) -> (u64, u64) {
 async fn connect(addr: &str) -> Ws {
     let mut tries = 0;
     loop {
-        match tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await {
+        match tokio_tungstenite::connect_async_with_config(format!("ws://{addr}/ws"), None, true)
+            .await
+        {
             Ok((ws, _)) => return ws,
             Err(e) if tries < 50 => {
                 tries += 1;
@@ -103,7 +105,11 @@ fn fail(message: &str) -> ! {
 async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
     let frame = json!({"command": "chat_message", "data": {"content": "Run workload W1."}});
     let started = Instant::now();
-    if ws.send(Message::Text(frame.to_string().into())).await.is_err() {
+    if ws
+        .send(Message::Text(frame.to_string().into()))
+        .await
+        .is_err()
+    {
         fail("send failed");
     }
     let (mut first_frame, mut first_chunk) = (None, None);
@@ -113,7 +119,9 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
             Ok(Some(Ok(m))) => m,
             _ => fail("the server stopped answering"),
         };
-        let Message::Text(body) = message else { continue };
+        let Message::Text(body) = message else {
+            continue;
+        };
         let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         first_frame.get_or_insert_with(|| started.elapsed());
         match v["type"].as_str() {
@@ -129,7 +137,12 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
         }
     }
     let total = started.elapsed();
-    (first_frame.unwrap_or(total), first_chunk.unwrap_or(total), total, text)
+    (
+        first_frame.unwrap_or(total),
+        first_chunk.unwrap_or(total),
+        total,
+        text,
+    )
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -146,7 +159,9 @@ async fn main() {
     let (db_url, pg) = if args.db == "sqlite" {
         (format!("sqlite://{}/bench.db", dir.path().display()), None)
     } else {
-        let db = TestDb::postgres().await.unwrap_or_else(|e| fail(&format!("PostgreSQL: {e}")));
+        let db = TestDb::postgres()
+            .await
+            .unwrap_or_else(|e| fail(&format!("PostgreSQL: {e}")));
         (db.url.clone(), Some(db))
     };
     let workspace = dir.path().join("workspace");
@@ -163,14 +178,22 @@ async fn main() {
         .spawn()
         .unwrap_or_else(|e| fail(&format!("cannot start {}: {e}", args.server_bin.display())));
     let pid = server.id().unwrap_or(0);
-    let stdout = server.stdout.take().unwrap_or_else(|| fail("no server stdout"));
+    let stdout = server
+        .stdout
+        .take()
+        .unwrap_or_else(|| fail("no server stdout"));
     let mut lines = BufReader::new(stdout).lines();
     let addr = loop {
         match tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
             Ok(Ok(Some(line))) => {
                 if let Some(at) = line.find("listening on ") {
                     let rest = &line[at + "listening on ".len()..];
-                    break rest.split_whitespace().next().unwrap_or_default().trim_end_matches('\u{1b}').to_owned();
+                    break rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_end_matches('\u{1b}')
+                        .to_owned();
                 }
             }
             _ => fail("the server never said `listening on`"),
@@ -195,7 +218,10 @@ async fn main() {
     }
     let per_turn = started.elapsed().as_secs_f64() / args.sequential as f64;
     println!("{peer},sequential_turn,{:.3},ms", per_turn * 1000.0);
-    println!("{peer},overhead_per_round,{:.1},us", per_turn * 1e6 / K as f64);
+    println!(
+        "{peer},overhead_per_round,{:.1},us",
+        per_turn * 1e6 / K as f64
+    );
     drop(ws);
 
     // 2. Concurrent turns, one socket each, all sent together.
@@ -236,12 +262,30 @@ async fn main() {
     let n = args.concurrent;
     println!("{peer},conc{n}_wall,{wall:.3},s");
     println!("{peer},conc{n}_turns_per_s,{:.1},turns/s", n as f64 / wall);
-    println!("{peer},conc{n}_first_frame_p50,{:.2},ms", percentile(&first_frames, 0.5));
-    println!("{peer},conc{n}_first_frame_p99,{:.2},ms", percentile(&first_frames, 0.99));
-    println!("{peer},conc{n}_first_chunk_p50,{:.2},ms", percentile(&first_chunks, 0.5));
-    println!("{peer},conc{n}_first_chunk_p99,{:.2},ms", percentile(&first_chunks, 0.99));
-    println!("{peer},conc{n}_server_peak_rss,{:.1},MB", peak as f64 / 1024.0);
-    println!("{peer},conc{n}_server_kib_per_turn,{:.1},KB", peak.saturating_sub(rss_before) as f64 / n as f64);
+    println!(
+        "{peer},conc{n}_first_frame_p50,{:.2},ms",
+        percentile(&first_frames, 0.5)
+    );
+    println!(
+        "{peer},conc{n}_first_frame_p99,{:.2},ms",
+        percentile(&first_frames, 0.99)
+    );
+    println!(
+        "{peer},conc{n}_first_chunk_p50,{:.2},ms",
+        percentile(&first_chunks, 0.5)
+    );
+    println!(
+        "{peer},conc{n}_first_chunk_p99,{:.2},ms",
+        percentile(&first_chunks, 0.99)
+    );
+    println!(
+        "{peer},conc{n}_server_peak_rss,{:.1},MB",
+        peak as f64 / 1024.0
+    );
+    println!(
+        "{peer},conc{n}_server_kib_per_turn,{:.1},KB",
+        peak.saturating_sub(rss_before) as f64 / n as f64
+    );
     drop(keep);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -253,7 +297,11 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (_, idle_after) = rss_of(pid);
-    println!("{peer},idle{}_server_rss,{:.1},MB", args.idle, idle_after as f64 / 1024.0);
+    println!(
+        "{peer},idle{}_server_rss,{:.1},MB",
+        args.idle,
+        idle_after as f64 / 1024.0
+    );
     println!(
         "{peer},idle_kib_per_connection,{:.2},KB",
         idle_after.saturating_sub(idle_before) as f64 / args.idle.max(1) as f64
