@@ -1,7 +1,16 @@
 //! Model providers behind `weft_core::Provider`.
 //!
+//! * [`openai`]: Chat Completions streaming (also Ollama, vLLM, llama.cpp server, LiteLLM).
+//! * [`anthropic`]: the Messages API streaming.
 //! * [`scripted`]: the deterministic test double of PROTOCOL.md.
 
+pub mod anthropic;
+pub mod http;
+pub mod openai;
+mod pairing;
 pub mod scripted;
 
+pub use anthropic::AnthropicProvider;
+pub use http::HttpOptions;
+pub use openai::OpenAiProvider;
 pub use scripted::{Script, ScriptError, ScriptedProvider};
