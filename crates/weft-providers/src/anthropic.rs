@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream, Role, ToolCallRequest,
-    Usage,
+    FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream, Role,
+    ToolCallRequest, Usage,
 };
 use weft_protocol::{ContentPart, MessageContent};
 
@@ -29,10 +29,17 @@ pub struct AnthropicProvider {
 }
 
 impl AnthropicProvider {
-    pub fn new(base_url: Option<&str>, api_key: Option<&str>, options: HttpOptions) -> Result<Self, ProviderError> {
+    pub fn new(
+        base_url: Option<&str>,
+        api_key: Option<&str>,
+        options: HttpOptions,
+    ) -> Result<Self, ProviderError> {
         Ok(AnthropicProvider {
             client: options.client()?,
-            base_url: base_url.unwrap_or(DEFAULT_BASE_URL).trim_end_matches('/').to_owned(),
+            base_url: base_url
+                .unwrap_or(DEFAULT_BASE_URL)
+                .trim_end_matches('/')
+                .to_owned(),
             api_key: api_key.map(str::to_owned),
             options,
         })
@@ -83,7 +90,9 @@ pub fn request_body(request: &ProviderRequest) -> Value {
             }
             Role::Tool if keeps_result(m, &paired) => (
                 "user",
-                vec![json!({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.text(), "is_error": m.is_error})],
+                vec![
+                    json!({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.text(), "is_error": m.is_error}),
+                ],
             ),
             Role::Tool => continue,
         };
@@ -95,7 +104,10 @@ pub fn request_body(request: &ProviderRequest) -> Value {
             _ => turns.push((role, blocks)),
         }
     }
-    let messages: Vec<Value> = turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
     let mut body = json!({
         "model": request.model,
         "max_tokens": DEFAULT_MAX_TOKENS,
@@ -127,7 +139,8 @@ pub struct EventDecoder {
 
 impl EventDecoder {
     pub fn feed(&mut self, event: &str, data: &str) -> Result<Vec<ProviderEvent>, ProviderError> {
-        let v: Value = serde_json::from_str(data).map_err(|e| ProviderError::Protocol(format!("bad event: {e}")))?;
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| ProviderError::Protocol(format!("bad event: {e}")))?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
         let mut out = Vec::new();
@@ -176,8 +189,16 @@ impl EventDecoder {
             }
             "content_block_stop" => {
                 if let Some((id, name, json)) = self.tools.remove(&index) {
-                    let arguments = if json.trim().is_empty() { "{}".to_owned() } else { json };
-                    out.push(ProviderEvent::ToolCall(ToolCallRequest { id, name, arguments }));
+                    let arguments = if json.trim().is_empty() {
+                        "{}".to_owned()
+                    } else {
+                        json
+                    };
+                    out.push(ProviderEvent::ToolCall(ToolCallRequest {
+                        id,
+                        name,
+                        arguments,
+                    }));
                 }
             }
             "message_delta" => {
@@ -200,7 +221,9 @@ impl EventDecoder {
             "message_stop" => {
                 self.stopped = true;
                 out.push(ProviderEvent::Usage(self.usage));
-                out.push(ProviderEvent::Finish(self.finish.clone().unwrap_or(FinishReason::Stop)));
+                out.push(ProviderEvent::Finish(
+                    self.finish.clone().unwrap_or(FinishReason::Stop),
+                ));
             }
             "error" => {
                 let message = v["error"]["message"].as_str().unwrap_or("unknown error");
@@ -216,7 +239,9 @@ impl EventDecoder {
         if self.stopped {
             Ok(Vec::new())
         } else {
-            Err(ProviderError::Protocol("the stream ended before message_stop".into()))
+            Err(ProviderError::Protocol(
+                "the stream ended before message_stop".into(),
+            ))
         }
     }
 }
@@ -227,13 +252,20 @@ impl Provider for AnthropicProvider {
         "anthropic"
     }
 
-    async fn stream(&self, request: ProviderRequest, cancel: CancellationToken) -> Result<ProviderStream, ProviderError> {
+    async fn stream(
+        &self,
+        request: ProviderRequest,
+        cancel: CancellationToken,
+    ) -> Result<ProviderStream, ProviderError> {
         let body = request_body(&request);
         let url = format!("{}/v1/messages", self.base_url);
         let client = self.client.clone();
         let key = self.api_key.clone();
         let build = move || {
-            let mut r = client.post(&url).header("anthropic-version", API_VERSION).json(&body);
+            let mut r = client
+                .post(&url)
+                .header("anthropic-version", API_VERSION)
+                .json(&body);
             if let Some(key) = &key {
                 r = r.header("x-api-key", key);
             }
@@ -241,6 +273,11 @@ impl Provider for AnthropicProvider {
         };
         let response = send(&build, &self.options, &cancel).await?;
         let events = sse(response, self.options.read_timeout);
-        Ok(decode(events, EventDecoder::default(), |d, e| d.feed(&e.event, &e.data), EventDecoder::end))
+        Ok(decode(
+            events,
+            EventDecoder::default(),
+            |d, e| d.feed(&e.event, &e.data),
+            EventDecoder::end,
+        ))
     }
 }

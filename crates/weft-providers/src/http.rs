@@ -57,16 +57,30 @@ fn retryable_status(status: StatusCode) -> bool {
 }
 
 fn retry_after(response: &Response) -> Option<Duration> {
-    let value = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    let value = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
-async fn attempt(build: &(dyn Fn() -> RequestBuilder + Send + Sync), read_timeout: Duration) -> Result<Response, Attempt> {
-    let response = tokio::time::timeout(read_timeout, build().send()).await.map_err(|_| Attempt {
-        retryable: true,
-        error: ProviderError::Timeout(format!("no response headers within {read_timeout:?}")),
-        retry_after: None,
-    })?;
+async fn attempt(
+    build: &(dyn Fn() -> RequestBuilder + Send + Sync),
+    read_timeout: Duration,
+) -> Result<Response, Attempt> {
+    let response = tokio::time::timeout(read_timeout, build().send())
+        .await
+        .map_err(|_| Attempt {
+            retryable: true,
+            error: ProviderError::Timeout(format!("no response headers within {read_timeout:?}")),
+            retry_after: None,
+        })?;
     let response = response.map_err(|e| Attempt {
         retryable: e.is_connect() || e.is_timeout(),
         error: if e.is_timeout() {
@@ -85,7 +99,10 @@ async fn attempt(build: &(dyn Fn() -> RequestBuilder + Send + Sync), read_timeou
     let message: String = body.chars().take(500).collect();
     Err(Attempt {
         retryable: retryable_status(status) || body.contains("overloaded"),
-        error: ProviderError::Http { status: status.as_u16(), message },
+        error: ProviderError::Http {
+            status: status.as_u16(),
+            message,
+        },
         retry_after: wait,
     })
 }
@@ -106,11 +123,13 @@ pub async fn send(
         .retry(policy)
         .sleep(tokio::time::sleep)
         .when(|a: &Attempt| a.retryable)
-        .adjust(|a: &Attempt, planned: Option<Duration>| match (a.retry_after, planned) {
-            // Honour Retry-After, but never retry more often than the policy allows.
-            (Some(wait), Some(_)) => Some(wait),
-            (_, planned) => planned,
-        })
+        .adjust(
+            |a: &Attempt, planned: Option<Duration>| match (a.retry_after, planned) {
+                // Honour Retry-After, but never retry more often than the policy allows.
+                (Some(wait), Some(_)) => Some(wait),
+                (_, planned) => planned,
+            },
+        )
         .notify(|a: &Attempt, wait: Duration| {
             tracing::warn!(error = %a.error, ?wait, "provider request failed; retrying");
         });
@@ -121,13 +140,24 @@ pub async fn send(
 }
 
 /// The response body as SSE events, each chunk awaited at most `read_timeout`.
-pub fn sse(response: Response, read_timeout: Duration) -> BoxStream<'static, Result<Event, ProviderError>> {
+pub fn sse(
+    response: Response,
+    read_timeout: Duration,
+) -> BoxStream<'static, Result<Event, ProviderError>> {
     let bytes = response.bytes_stream();
     let guarded = futures::stream::unfold(bytes, move |mut bytes| async move {
         match tokio::time::timeout(read_timeout, bytes.next()).await {
-            Ok(Some(chunk)) => Some((chunk.map_err(|e| ProviderError::Transport(e.to_string())), bytes)),
+            Ok(Some(chunk)) => Some((
+                chunk.map_err(|e| ProviderError::Transport(e.to_string())),
+                bytes,
+            )),
             Ok(None) => None,
-            Err(_) => Some((Err(ProviderError::Timeout(format!("no data for {read_timeout:?}"))), bytes)),
+            Err(_) => Some((
+                Err(ProviderError::Timeout(format!(
+                    "no data for {read_timeout:?}"
+                ))),
+                bytes,
+            )),
         }
     });
     guarded

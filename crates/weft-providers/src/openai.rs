@@ -27,10 +27,17 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    pub fn new(base_url: Option<&str>, api_key: Option<&str>, options: HttpOptions) -> Result<Self, ProviderError> {
+    pub fn new(
+        base_url: Option<&str>,
+        api_key: Option<&str>,
+        options: HttpOptions,
+    ) -> Result<Self, ProviderError> {
         Ok(OpenAiProvider {
             client: options.client()?,
-            base_url: base_url.unwrap_or(DEFAULT_BASE_URL).trim_end_matches('/').to_owned(),
+            base_url: base_url
+                .unwrap_or(DEFAULT_BASE_URL)
+                .trim_end_matches('/')
+                .to_owned(),
             api_key: api_key.map(str::to_owned),
             options,
         })
@@ -46,7 +53,9 @@ pub fn request_body(request: &ProviderRequest) -> Value {
     }
     for m in request.messages.iter() {
         match m.role {
-            Role::User => messages.push(json!({"role": "user", "content": user_content(&m.content)})),
+            Role::User => {
+                messages.push(json!({"role": "user", "content": user_content(&m.content)}))
+            }
             Role::Assistant => {
                 let calls: Vec<Value> = kept_calls(m, &paired)
                     .into_iter()
@@ -61,9 +70,8 @@ pub fn request_body(request: &ProviderRequest) -> Value {
                 }
                 messages.push(msg);
             }
-            Role::Tool if keeps_result(m, &paired) => {
-                messages.push(json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.text()}))
-            }
+            Role::Tool if keeps_result(m, &paired) => messages
+                .push(json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.text()})),
             Role::Tool => {}
         }
     }
@@ -90,7 +98,8 @@ fn user_content(content: &MessageContent) -> Value {
             .iter()
             .map(|p| match p {
                 ContentPart::Text { text } => json!({"type": "text", "text": text}),
-                ContentPart::ImageUrl { image_url } => json!({"type": "image_url", "image_url": {"url": image_url}}),
+                ContentPart::ImageUrl { image_url } =>
+                    json!({"type": "image_url", "image_url": {"url": image_url}}),
             })
             .collect::<Vec<_>>()),
     }
@@ -109,24 +118,50 @@ impl ChunkDecoder {
     pub fn feed(&mut self, data: &str) -> Result<Vec<ProviderEvent>, ProviderError> {
         if data.trim() == "[DONE]" {
             self.done = true;
-            return Ok(self.finish.clone().map(ProviderEvent::Finish).into_iter().collect());
+            return Ok(self
+                .finish
+                .clone()
+                .map(ProviderEvent::Finish)
+                .into_iter()
+                .collect());
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| ProviderError::Protocol(format!("bad chunk: {e}")))?;
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| ProviderError::Protocol(format!("bad chunk: {e}")))?;
         if let Some(error) = chunk.get("error") {
-            return Err(ProviderError::Other(format!("provider error in stream: {error}")));
+            return Err(ProviderError::Other(format!(
+                "provider error in stream: {error}"
+            )));
         }
         let mut out = Vec::new();
-        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let delta = choice.get("delta").unwrap_or(&Value::Null);
-            if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            if let Some(text) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
                 out.push(ProviderEvent::TextDelta(text.to_owned()));
             }
             for key in ["reasoning_content", "reasoning"] {
-                if let Some(text) = delta.get(key).and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                if let Some(text) = delta
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                {
                     out.push(ProviderEvent::ReasoningDelta(text.to_owned()));
                 }
             }
-            for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
                 let entry = self.calls.entry(index).or_default();
                 if let Some(id) = call.get("id").and_then(Value::as_str) {
@@ -153,7 +188,10 @@ impl ChunkDecoder {
         }
         if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
             let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
-            out.push(ProviderEvent::Usage(Usage { input_tokens: get("prompt_tokens"), output_tokens: get("completion_tokens") }));
+            out.push(ProviderEvent::Usage(Usage {
+                input_tokens: get("prompt_tokens"),
+                output_tokens: get("completion_tokens"),
+            }));
         }
         Ok(out)
     }
@@ -163,8 +201,16 @@ impl ChunkDecoder {
             .into_values()
             .enumerate()
             .map(|(i, (id, name, arguments))| {
-                let id = if id.is_empty() { format!("call_{i}") } else { id };
-                ProviderEvent::ToolCall(ToolCallRequest { id, name, arguments })
+                let id = if id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    id
+                };
+                ProviderEvent::ToolCall(ToolCallRequest {
+                    id,
+                    name,
+                    arguments,
+                })
             })
             .collect()
     }
@@ -177,7 +223,9 @@ impl ChunkDecoder {
                 Ok(vec![ProviderEvent::Finish(reason.clone())])
             }
             (Some(_), true) => Ok(Vec::new()),
-            (None, _) => Err(ProviderError::Protocol("the stream ended before the response finished".into())),
+            (None, _) => Err(ProviderError::Protocol(
+                "the stream ended before the response finished".into(),
+            )),
         }
     }
 }
@@ -188,7 +236,11 @@ impl Provider for OpenAiProvider {
         "openai"
     }
 
-    async fn stream(&self, request: ProviderRequest, cancel: CancellationToken) -> Result<ProviderStream, ProviderError> {
+    async fn stream(
+        &self,
+        request: ProviderRequest,
+        cancel: CancellationToken,
+    ) -> Result<ProviderStream, ProviderError> {
         let body = request_body(&request);
         let url = format!("{}/chat/completions", self.base_url);
         let client = self.client.clone();
@@ -202,7 +254,12 @@ impl Provider for OpenAiProvider {
         };
         let response = send(&build, &self.options, &cancel).await?;
         let events = sse(response, self.options.read_timeout);
-        Ok(decode(events, ChunkDecoder::default(), |d, e| d.feed(&e.data), ChunkDecoder::end))
+        Ok(decode(
+            events,
+            ChunkDecoder::default(),
+            |d, e| d.feed(&e.data),
+            ChunkDecoder::end,
+        ))
     }
 }
 
@@ -227,7 +284,10 @@ pub(crate) fn decode<D: Send + 'static>(
             }
         };
         match batch {
-            Ok(events_out) => Some((events_out.into_iter().map(Ok).collect(), Some((events, decoder)))),
+            Ok(events_out) => Some((
+                events_out.into_iter().map(Ok).collect(),
+                Some((events, decoder)),
+            )),
             Err(e) => Some((vec![Err(e)], None)),
         }
     })
@@ -242,4 +302,3 @@ pub(crate) fn arguments_object(arguments: &str) -> Value {
         _ => Value::Object(Map::new()),
     }
 }
-

@@ -9,7 +9,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    ChatMessage, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest, ToolCallRequest, ToolSpec, Usage,
+    ChatMessage, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
+    ToolCallRequest, ToolSpec, Usage,
 };
 use weft_protocol::{ContentPart, MessageContent};
 use weft_providers::{AnthropicProvider, HttpOptions};
@@ -17,11 +18,19 @@ use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn options() -> HttpOptions {
-    HttpOptions { max_retries: 2, initial_backoff: Duration::from_millis(10), max_backoff: Duration::from_millis(50), ..HttpOptions::default() }
+    HttpOptions {
+        max_retries: 2,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        ..HttpOptions::default()
+    }
 }
 
 fn sse(events: &[Value]) -> String {
-    events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect()
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
 }
 
 fn start(input: u64) -> Value {
@@ -37,7 +46,9 @@ fn stop(reason: &str, output: u64) -> Vec<Value> {
 }
 
 fn respond(body: String) -> ResponseTemplate {
-    ResponseTemplate::new(200).insert_header("content-type", "text/event-stream").set_body_string(body)
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_string(body)
 }
 
 fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
@@ -57,8 +68,14 @@ fn provider(server: &MockServer) -> AnthropicProvider {
     AnthropicProvider::new(Some(&server.uri()), Some("sk-ant"), options()).unwrap()
 }
 
-async fn collect(p: &AnthropicProvider, req: ProviderRequest) -> Result<Vec<Result<ProviderEvent, ProviderError>>, ProviderError> {
-    Ok(p.stream(req, CancellationToken::new()).await?.collect().await)
+async fn collect(
+    p: &AnthropicProvider,
+    req: ProviderRequest,
+) -> Result<Vec<Result<ProviderEvent, ProviderError>>, ProviderError> {
+    Ok(p.stream(req, CancellationToken::new())
+        .await?
+        .collect()
+        .await)
 }
 
 #[tokio::test]
@@ -84,14 +101,22 @@ async fn text_thinking_and_usage() {
         .expect(1)
         .mount(&server)
         .await;
-    let got: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap().into_iter().map(Result::unwrap).collect();
+    let got: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(
         got,
         vec![
             ProviderEvent::ReasoningDelta("hmm".into()),
             ProviderEvent::TextDelta("Hel".into()),
             ProviderEvent::TextDelta("lo".into()),
-            ProviderEvent::Usage(Usage { input_tokens: 25, output_tokens: 7 }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 25,
+                output_tokens: 7
+            }),
             ProviderEvent::Finish(FinishReason::Stop),
         ]
     );
@@ -115,15 +140,34 @@ async fn parallel_tool_use_blocks_are_assembled_from_json_deltas() {
         json!({"type": "content_block_stop", "index": 2}),
     ];
     events.extend(stop("tool_use", 40));
-    Mock::given(method("POST")).respond_with(respond(sse(&events))).mount(&server).await;
-    let got: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap().into_iter().map(Result::unwrap).collect();
+    Mock::given(method("POST"))
+        .respond_with(respond(sse(&events)))
+        .mount(&server)
+        .await;
+    let got: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(
         got,
         vec![
             ProviderEvent::TextDelta("Checking.".into()),
-            ProviderEvent::ToolCall(ToolCallRequest { id: "toolu_a".into(), name: "get_weather".into(), arguments: "{\"city\": \"Paris\"}".into() }),
-            ProviderEvent::ToolCall(ToolCallRequest { id: "toolu_b".into(), name: "get_weather".into(), arguments: "{\"city\": \"Oslo\"}".into() }),
-            ProviderEvent::Usage(Usage { input_tokens: 10, output_tokens: 40 }),
+            ProviderEvent::ToolCall(ToolCallRequest {
+                id: "toolu_a".into(),
+                name: "get_weather".into(),
+                arguments: "{\"city\": \"Paris\"}".into()
+            }),
+            ProviderEvent::ToolCall(ToolCallRequest {
+                id: "toolu_b".into(),
+                name: "get_weather".into(),
+                arguments: "{\"city\": \"Oslo\"}".into()
+            }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 10,
+                output_tokens: 40
+            }),
             ProviderEvent::Finish(FinishReason::ToolCalls),
         ]
     );
@@ -141,9 +185,19 @@ async fn overloaded_is_retried_then_succeeds() {
         .await;
     let mut ok = vec![start(1)];
     ok.extend(stop("end_turn", 1));
-    Mock::given(method("POST")).respond_with(respond(sse(&ok))).with_priority(2).expect(1).mount(&server).await;
-    let got = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap();
-    assert_eq!(got.last().unwrap(), &Ok(ProviderEvent::Finish(FinishReason::Stop)));
+    Mock::given(method("POST"))
+        .respond_with(respond(sse(&ok)))
+        .with_priority(2)
+        .expect(1)
+        .mount(&server)
+        .await;
+    let got = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.last().unwrap(),
+        &Ok(ProviderEvent::Finish(FinishReason::Stop))
+    );
 }
 
 #[tokio::test]
@@ -155,22 +209,42 @@ async fn an_error_event_or_a_cut_stream_fails_after_partial_text() {
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "part"}}),
         json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
     ];
-    Mock::given(method("POST")).respond_with(respond(sse(&events))).mount(&server).await;
-    let got = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap();
+    Mock::given(method("POST"))
+        .respond_with(respond(sse(&events)))
+        .mount(&server)
+        .await;
+    let got = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap();
     assert_eq!(got[0], Ok(ProviderEvent::TextDelta("part".into())));
     assert!(matches!(&got[1], Err(ProviderError::Other(m)) if m.contains("overloaded_error")));
 
     let cut = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(respond(sse(&events[..3]))).mount(&cut).await;
-    let got = collect(&provider(&cut), request(vec![ChatMessage::user("hi")])).await.unwrap();
-    assert!(matches!(got.last().unwrap(), Err(ProviderError::Protocol(_))));
+    Mock::given(method("POST"))
+        .respond_with(respond(sse(&events[..3])))
+        .mount(&cut)
+        .await;
+    let got = collect(&provider(&cut), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap();
+    assert!(matches!(
+        got.last().unwrap(),
+        Err(ProviderError::Protocol(_))
+    ));
 }
 
 #[tokio::test]
 async fn unauthorized_fails_at_once() {
     let server = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(ResponseTemplate::new(401)).expect(1).mount(&server).await;
-    assert!(matches!(collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await, Err(ProviderError::Http { status: 401, .. })));
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401))
+        .expect(1)
+        .mount(&server)
+        .await;
+    assert!(matches!(
+        collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await,
+        Err(ProviderError::Http { status: 401, .. })
+    ));
 }
 
 #[tokio::test]
@@ -178,24 +252,49 @@ async fn the_request_body_maps_results_images_and_system() {
     let server = MockServer::start().await;
     let mut ok = vec![start(1)];
     ok.extend(stop("end_turn", 1));
-    Mock::given(method("POST")).respond_with(respond(sse(&ok))).mount(&server).await;
+    Mock::given(method("POST"))
+        .respond_with(respond(sse(&ok)))
+        .mount(&server)
+        .await;
     let history = vec![
         ChatMessage::user(MessageContent::Parts(vec![
-            ContentPart::Text { text: "look".into() },
-            ContentPart::ImageUrl { image_url: "data:image/png;base64,AAAA".into() },
-            ContentPart::ImageUrl { image_url: "https://example.com/cat.png".into() },
+            ContentPart::Text {
+                text: "look".into(),
+            },
+            ContentPart::ImageUrl {
+                image_url: "data:image/png;base64,AAAA".into(),
+            },
+            ContentPart::ImageUrl {
+                image_url: "https://example.com/cat.png".into(),
+            },
         ])),
-        ChatMessage::assistant("On it.", vec![
-            ToolCallRequest { id: "t1".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() },
-            ToolCallRequest { id: "t2".into(), name: "get_weather".into(), arguments: "{\"city\":\"Oslo\"}".into() },
-            ToolCallRequest { id: "orphan".into(), name: "get_weather".into(), arguments: "{}".into() },
-        ]),
+        ChatMessage::assistant(
+            "On it.",
+            vec![
+                ToolCallRequest {
+                    id: "t1".into(),
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Paris\"}".into(),
+                },
+                ToolCallRequest {
+                    id: "t2".into(),
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Oslo\"}".into(),
+                },
+                ToolCallRequest {
+                    id: "orphan".into(),
+                    name: "get_weather".into(),
+                    arguments: "{}".into(),
+                },
+            ],
+        ),
         ChatMessage::tool_result("t1", "sunny", false),
         ChatMessage::tool_result("t2", "no such city", true),
         ChatMessage::user("and now?"),
     ];
     collect(&provider(&server), request(history)).await.unwrap();
-    let body: Value = serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    let body: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(
         body,
         json!({

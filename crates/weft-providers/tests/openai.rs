@@ -9,7 +9,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    ChatMessage, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest, ToolCallRequest, ToolSpec, Usage,
+    ChatMessage, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
+    ToolCallRequest, ToolSpec, Usage,
 };
 use weft_protocol::{ContentPart, MessageContent};
 use weft_providers::{HttpOptions, OpenAiProvider};
@@ -45,7 +46,9 @@ fn usage_chunk(input: u64, output: u64) -> Value {
 }
 
 fn stream_response(body: String) -> ResponseTemplate {
-    ResponseTemplate::new(200).insert_header("content-type", "text/event-stream").set_body_string(body)
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_string(body)
 }
 
 fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
@@ -61,7 +64,10 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
     }
 }
 
-async fn collect(provider: &OpenAiProvider, req: ProviderRequest) -> Result<Vec<Result<ProviderEvent, ProviderError>>, ProviderError> {
+async fn collect(
+    provider: &OpenAiProvider,
+    req: ProviderRequest,
+) -> Result<Vec<Result<ProviderEvent, ProviderError>>, ProviderError> {
     let stream = provider.stream(req, CancellationToken::new()).await?;
     Ok(stream.collect().await)
 }
@@ -90,13 +96,21 @@ async fn plain_text_with_usage_at_the_end() {
         .expect(1)
         .mount(&server)
         .await;
-    let events: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap().into_iter().map(Result::unwrap).collect();
+    let events: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(
         events,
         vec![
             ProviderEvent::TextDelta("Hel".into()),
             ProviderEvent::TextDelta("lo".into()),
-            ProviderEvent::Usage(Usage { input_tokens: 9, output_tokens: 2 }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 9,
+                output_tokens: 2
+            }),
             ProviderEvent::Finish(FinishReason::Stop),
         ]
     );
@@ -107,26 +121,60 @@ async fn interleaved_parallel_tool_calls_are_assembled_per_index() {
     let server = MockServer::start().await;
     let body = sse(
         &[
-            chunk(json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}), None),
-            chunk(json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}), None),
-            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}), None),
-            chunk(json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"tz\":\"UTC\"}"}}]}), None),
-            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}), None),
+            chunk(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"tz\":\"UTC\"}"}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+                None,
+            ),
             chunk(json!({"reasoning_content": "thinking about tools"}), None),
             chunk(json!({}), Some("tool_calls")),
             usage_chunk(20, 30),
         ],
         true,
     );
-    Mock::given(method("POST")).respond_with(stream_response(body)).mount(&server).await;
-    let events: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap().into_iter().map(Result::unwrap).collect();
+    Mock::given(method("POST"))
+        .respond_with(stream_response(body))
+        .mount(&server)
+        .await;
+    let events: Vec<_> = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(
         events,
         vec![
             ProviderEvent::ReasoningDelta("thinking about tools".into()),
-            ProviderEvent::ToolCall(ToolCallRequest { id: "call_a".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() }),
-            ProviderEvent::ToolCall(ToolCallRequest { id: "call_b".into(), name: "get_time".into(), arguments: "{\"tz\":\"UTC\"}".into() }),
-            ProviderEvent::Usage(Usage { input_tokens: 20, output_tokens: 30 }),
+            ProviderEvent::ToolCall(ToolCallRequest {
+                id: "call_a".into(),
+                name: "get_weather".into(),
+                arguments: "{\"city\":\"Paris\"}".into()
+            }),
+            ProviderEvent::ToolCall(ToolCallRequest {
+                id: "call_b".into(),
+                name: "get_time".into(),
+                arguments: "{\"tz\":\"UTC\"}".into()
+            }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 20,
+                output_tokens: 30
+            }),
             ProviderEvent::Finish(FinishReason::ToolCalls),
         ]
     );
@@ -136,47 +184,96 @@ async fn interleaved_parallel_tool_calls_are_assembled_per_index() {
 async fn a_429_is_retried_after_retry_after() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "1").set_body_string("{\"error\":\"slow down\"}"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("retry-after", "1")
+                .set_body_string("{\"error\":\"slow down\"}"),
+        )
         .up_to_n_times(1)
         .with_priority(1)
         .expect(1)
         .mount(&server)
         .await;
     Mock::given(method("POST"))
-        .respond_with(stream_response(sse(&[chunk(json!({"content": "ok"}), None), chunk(json!({}), Some("stop"))], true)))
+        .respond_with(stream_response(sse(
+            &[
+                chunk(json!({"content": "ok"}), None),
+                chunk(json!({}), Some("stop")),
+            ],
+            true,
+        )))
         .with_priority(2)
         .expect(1)
         .mount(&server)
         .await;
     let started = Instant::now();
-    let events = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(950), "waited {:?}", started.elapsed());
+    let events = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "waited {:?}",
+        started.elapsed()
+    );
     assert_eq!(events[0], Ok(ProviderEvent::TextDelta("ok".into())));
 }
 
 #[tokio::test]
 async fn repeated_500s_fail_after_the_retries() {
     let server = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(ResponseTemplate::new(500).set_body_string("boom")).expect(3).mount(&server).await;
-    let err = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap_err();
-    assert_eq!(err, ProviderError::Http { status: 500, message: "boom".into() });
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("boom"))
+        .expect(3)
+        .mount(&server)
+        .await;
+    let err = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ProviderError::Http {
+            status: 500,
+            message: "boom".into()
+        }
+    );
 }
 
 #[tokio::test]
 async fn unauthorized_fails_at_once() {
     let server = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(ResponseTemplate::new(401).set_body_string("bad key")).expect(1).mount(&server).await;
-    let err = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap_err();
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_string("bad key"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let err = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Http { status: 401, .. }));
-    Mock::given(method("POST")).respond_with(ResponseTemplate::new(403)).expect(0).mount(&server).await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(403))
+        .expect(0)
+        .mount(&server)
+        .await;
 }
 
 #[tokio::test]
 async fn a_stream_cut_mid_way_is_an_error_after_the_partial_text() {
     let server = MockServer::start().await;
-    let body = sse(&[chunk(json!({"content": "partial "}), None), chunk(json!({"content": "answ"}), None)], false);
-    Mock::given(method("POST")).respond_with(stream_response(body)).mount(&server).await;
-    let events = collect(&provider(&server), request(vec![ChatMessage::user("hi")])).await.unwrap();
+    let body = sse(
+        &[
+            chunk(json!({"content": "partial "}), None),
+            chunk(json!({"content": "answ"}), None),
+        ],
+        false,
+    );
+    Mock::given(method("POST"))
+        .respond_with(stream_response(body))
+        .mount(&server)
+        .await;
+    let events = collect(&provider(&server), request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap();
     assert_eq!(events[0], Ok(ProviderEvent::TextDelta("partial ".into())));
     assert_eq!(events[1], Ok(ProviderEvent::TextDelta("answ".into())));
     assert!(matches!(events[2], Err(ProviderError::Protocol(_))));
@@ -185,9 +282,23 @@ async fn a_stream_cut_mid_way_is_an_error_after_the_partial_text() {
 #[tokio::test]
 async fn a_silent_server_times_out_and_cancel_aborts() {
     let server = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(stream_response(String::new()).set_delay(Duration::from_secs(30))).mount(&server).await;
-    let quick = OpenAiProvider::new(Some(&server.uri()), None, HttpOptions { read_timeout: Duration::from_millis(200), max_retries: 0, ..options() }).unwrap();
-    let err = collect(&quick, request(vec![ChatMessage::user("hi")])).await.unwrap_err();
+    Mock::given(method("POST"))
+        .respond_with(stream_response(String::new()).set_delay(Duration::from_secs(30)))
+        .mount(&server)
+        .await;
+    let quick = OpenAiProvider::new(
+        Some(&server.uri()),
+        None,
+        HttpOptions {
+            read_timeout: Duration::from_millis(200),
+            max_retries: 0,
+            ..options()
+        },
+    )
+    .unwrap();
+    let err = collect(&quick, request(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Timeout(_)), "{err:?}");
 
     let cancel = CancellationToken::new();
@@ -197,23 +308,47 @@ async fn a_silent_server_times_out_and_cancel_aborts() {
         c.cancel();
     });
     let started = Instant::now();
-    assert!(provider(&server).stream(request(vec![ChatMessage::user("hi")]), cancel).await.is_err());
+    assert!(provider(&server)
+        .stream(request(vec![ChatMessage::user("hi")]), cancel)
+        .await
+        .is_err());
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
 #[tokio::test]
 async fn the_request_body_follows_the_documented_shape() {
     let server = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(stream_response(sse(&[chunk(json!({}), Some("stop"))], true))).mount(&server).await;
+    Mock::given(method("POST"))
+        .respond_with(stream_response(sse(
+            &[chunk(json!({}), Some("stop"))],
+            true,
+        )))
+        .mount(&server)
+        .await;
     let history = vec![
         ChatMessage::user(MessageContent::Parts(vec![
-            ContentPart::Text { text: "what is this?".into() },
-            ContentPart::ImageUrl { image_url: "https://example.com/cat.png".into() },
+            ContentPart::Text {
+                text: "what is this?".into(),
+            },
+            ContentPart::ImageUrl {
+                image_url: "https://example.com/cat.png".into(),
+            },
         ])),
-        ChatMessage::assistant("", vec![
-            ToolCallRequest { id: "c1".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() },
-            ToolCallRequest { id: "orphan".into(), name: "get_weather".into(), arguments: "{}".into() },
-        ]),
+        ChatMessage::assistant(
+            "",
+            vec![
+                ToolCallRequest {
+                    id: "c1".into(),
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Paris\"}".into(),
+                },
+                ToolCallRequest {
+                    id: "orphan".into(),
+                    name: "get_weather".into(),
+                    arguments: "{}".into(),
+                },
+            ],
+        ),
         ChatMessage::tool_result("c1", "sunny", false),
         ChatMessage::user("thanks"),
     ];
@@ -247,14 +382,28 @@ async fn malformed_tool_arguments_become_an_error_result_in_a_real_turn() {
     let server = MockServer::start().await;
     let bad = sse(
         &[
-            chunk(json!({"tool_calls": [{"index": 0, "id": "call_x", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": "}}]}), None),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "call_x", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": "}}]}),
+                None,
+            ),
             chunk(json!({}), Some("tool_calls")),
         ],
         true,
     );
-    Mock::given(method("POST")).respond_with(stream_response(bad)).up_to_n_times(1).with_priority(1).mount(&server).await;
     Mock::given(method("POST"))
-        .respond_with(stream_response(sse(&[chunk(json!({"content": "sorry"}), None), chunk(json!({}), Some("stop"))], true)))
+        .respond_with(stream_response(bad))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(stream_response(sse(
+            &[
+                chunk(json!({"content": "sorry"}), None),
+                chunk(json!({}), Some("stop")),
+            ],
+            true,
+        )))
         .with_priority(2)
         .mount(&server)
         .await;
@@ -276,11 +425,22 @@ async fn malformed_tool_arguments_become_an_error_result_in_a_real_turn() {
     let outcome = weft_core::run_classic_turn(spec).await;
     assert_eq!(outcome.end, weft_core::TurnEnd::Completed);
     assert_eq!(outcome.text, "sorry");
-    let second: Value = serde_json::from_slice(&server.received_requests().await.unwrap()[1].body).unwrap();
-    let tool_msg = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
+    let second: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[1].body).unwrap();
+    let tool_msg = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
     assert_eq!(tool_msg["tool_call_id"], "call_x");
     let content = tool_msg["content"].as_str().unwrap();
-    assert!(content.starts_with("error: invalid arguments for `get_weather`") && content.contains("not valid JSON"), "{content}");
+    assert!(
+        content.starts_with("error: invalid arguments for `get_weather`")
+            && content.contains("not valid JSON"),
+        "{content}"
+    );
 }
 
 struct Weather;
@@ -302,7 +462,11 @@ impl weft_core::Tool for Weather {
     fn category(&self) -> weft_protocol::ToolCategory {
         weft_protocol::ToolCategory::Read
     }
-    async fn call(&self, _args: Value, _ctx: &weft_core::ToolContext) -> Result<String, weft_core::ToolError> {
+    async fn call(
+        &self,
+        _args: Value,
+        _ctx: &weft_core::ToolContext,
+    ) -> Result<String, weft_core::ToolError> {
         Ok("sunny".into())
     }
 }

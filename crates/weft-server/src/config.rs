@@ -84,11 +84,39 @@ pub struct ScriptedConfig {
     pub script: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct RemoteProviderConfig {
     pub api_key: Option<String>,
     pub base_url: Option<String>,
+    /// Retries after the first attempt on 429, 5xx and "overloaded".
+    pub max_retries: usize,
+    pub connect_timeout_ms: u64,
+    /// Longest wait for response headers, and between two chunks of a stream.
+    pub read_timeout_ms: u64,
+}
+
+impl Default for RemoteProviderConfig {
+    fn default() -> Self {
+        RemoteProviderConfig {
+            api_key: None,
+            base_url: None,
+            max_retries: 3,
+            connect_timeout_ms: 10_000,
+            read_timeout_ms: 120_000,
+        }
+    }
+}
+
+impl RemoteProviderConfig {
+    pub fn http_options(&self) -> weft_providers::HttpOptions {
+        weft_providers::HttpOptions {
+            connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
+            read_timeout: std::time::Duration::from_millis(self.read_timeout_ms),
+            max_retries: self.max_retries,
+            ..weft_providers::HttpOptions::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weft_core::Provider;
-use weft_providers::ScriptedProvider;
+use weft_providers::{AnthropicProvider, OpenAiProvider, ScriptedProvider};
 
 use crate::config::Config;
 
@@ -22,6 +22,8 @@ pub struct Providers {
 pub enum ProviderSetupError {
     #[error("cannot load the scripted provider's script: {0}")]
     Script(#[from] weft_providers::ScriptError),
+    #[error("cannot set up a provider: {0}")]
+    Provider(#[from] weft_core::ProviderError),
 }
 
 impl Providers {
@@ -36,6 +38,24 @@ impl Providers {
                 "scripted".to_owned(),
                 Arc::new(ScriptedProvider::from_file(path)?),
             );
+        }
+        let openai = &config.providers.openai;
+        if openai.api_key.is_some() || openai.base_url.is_some() {
+            let provider = OpenAiProvider::new(
+                openai.base_url.as_deref(),
+                openai.api_key.as_deref(),
+                openai.http_options(),
+            )?;
+            by_name.insert("openai".to_owned(), Arc::new(provider));
+        }
+        let anthropic = &config.providers.anthropic;
+        if anthropic.api_key.is_some() || anthropic.base_url.is_some() {
+            let provider = AnthropicProvider::new(
+                anthropic.base_url.as_deref(),
+                anthropic.api_key.as_deref(),
+                anthropic.http_options(),
+            )?;
+            by_name.insert("anthropic".to_owned(), Arc::new(provider));
         }
         Ok(Providers {
             by_name,
