@@ -1,4 +1,7 @@
-//! The `weft` binary: `serve` the chat-agent server, `migrate` the database.
+//! The `weft` binary: `serve` the chat-agent server, `migrate` the database, `chat` from a
+//! terminal, list `threads`.
+
+mod chat;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +34,32 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Chat with a running server from the terminal (one message, or interactive).
+    Chat {
+        /// Server address.
+        #[arg(long, env = "WEFT_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        #[arg(long, env = "WEFT_API_KEY")]
+        api_key: Option<String>,
+        /// Continue this thread.
+        #[arg(long)]
+        thread: Option<String>,
+        /// Permission mode for this chat.
+        #[arg(long, value_parser = ["plan", "default", "auto"])]
+        mode: Option<String>,
+        /// Deprecated: the agent decides for itself now; accepted and ignored.
+        #[arg(long, hide = true)]
+        agent: bool,
+        /// Send this message and exit after the answer (otherwise: interactive).
+        message: Vec<String>,
+    },
+    /// List your threads.
+    Threads {
+        #[arg(long, env = "WEFT_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        #[arg(long, env = "WEFT_API_KEY")]
+        api_key: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -43,6 +72,28 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve { config, bind } => serve(config, bind).await,
+        Command::Chat {
+            url,
+            api_key,
+            thread,
+            mode,
+            agent,
+            message,
+        } => {
+            if agent {
+                eprintln!("warning: --agent is deprecated and has no effect: the agent decides for itself when to plan and delegate");
+            }
+            let message = (!message.is_empty()).then(|| message.join(" "));
+            chat::run(chat::ChatOptions {
+                url,
+                api_key,
+                thread,
+                mode,
+                message,
+            })
+            .await
+        }
+        Command::Threads { url, api_key } => chat::list_threads(&url, api_key.as_deref()).await,
         Command::Migrate { config } => {
             let config = Config::load(config.as_deref())?;
             let store = Store::connect(&config.database.url).await?;

@@ -14,6 +14,7 @@ pub mod rest;
 pub mod runner;
 pub mod state;
 pub mod threads;
+pub mod web;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/threads/{id}", axum::routing::delete(rest::delete_thread))
         .route("/healthz", get(rest::healthz))
         .route("/metrics", get(rest::metrics))
+        .merge(web::routes())
         .with_state(state)
 }
 

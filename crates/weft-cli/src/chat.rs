@@ -1,0 +1,226 @@
+//! `weft chat`: a terminal client. Streams text, draws nested tool calls as an indented tree
+//! with their status, and asks for approvals inline.
+
+use std::io::Write;
+
+use anyhow::{bail, Context};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+pub struct ChatOptions {
+    pub url: String,
+    pub api_key: Option<String>,
+    pub thread: Option<String>,
+    pub mode: Option<String>,
+    pub message: Option<String>,
+}
+
+type Input = Lines<BufReader<Stdin>>;
+
+pub async fn run(options: ChatOptions) -> anyhow::Result<()> {
+    let ws_url = format!(
+        "{}/ws",
+        options.url.trim_end_matches('/').replacen("http", "ws", 1)
+    );
+    let mut request = ws_url.as_str().into_client_request()?;
+    if let Some(key) = &options.api_key {
+        request
+            .headers_mut()
+            .insert("Authorization", format!("Bearer {key}").parse()?);
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .with_context(|| format!("cannot connect to {ws_url} (is `weft serve` running?)"))?;
+    let mut input: Input = BufReader::new(tokio::io::stdin()).lines();
+    let mut thread = options.thread.clone();
+    let mut first = options.message.clone();
+    let one_shot = first.is_some();
+    loop {
+        let text = match first.take() {
+            Some(text) => text,
+            None => {
+                print!("\n› ");
+                std::io::stdout().flush()?;
+                match input.next_line().await? {
+                    Some(line) if line.trim().is_empty() => continue,
+                    Some(line) if matches!(line.trim(), "/quit" | "/exit") => return Ok(()),
+                    Some(line) => line,
+                    None => return Ok(()),
+                }
+            }
+        };
+        let mut data = json!({"content": text});
+        if let Some(id) = &thread {
+            data["thread_id"] = json!(id);
+        }
+        if let Some(mode) = &options.mode {
+            data["permission_mode"] = json!(mode);
+        }
+        ws.send(Message::Text(
+            json!({"command": "chat_message", "data": data})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        thread = Some(stream_turn(&mut ws, &mut input).await?.unwrap_or_default())
+            .filter(|t| !t.is_empty())
+            .or(thread);
+        if one_shot {
+            return Ok(());
+        }
+    }
+}
+
+/// Print one turn's frames until its final chunk; returns the thread id.
+async fn stream_turn<S>(ws: &mut S, input: &mut Input) -> anyhow::Result<Option<String>>
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
+        + futures::Sink<Message, Error = tokio_tungstenite::tungstenite::Error>
+        + Unpin,
+{
+    let mut thread = None;
+    let mut at_line_start = true;
+    while let Some(message) = ws.next().await {
+        let Message::Text(body) = message? else {
+            continue;
+        };
+        let f: Value = serde_json::from_str(&body)?;
+        if let Some(id) = f["thread_id"].as_str() {
+            thread = Some(id.to_owned());
+        }
+        let depth = f["depth"].as_u64().unwrap_or(0) as usize;
+        let pad = "  ".repeat(depth + 1);
+        let mut line = |text: String| {
+            if !at_line_start {
+                println!();
+            }
+            println!("{text}");
+            at_line_start = true;
+        };
+        match f["type"].as_str().unwrap_or_default() {
+            "chunk" if f["done"] == true => {
+                if !at_line_start {
+                    println!();
+                }
+                return Ok(thread);
+            }
+            "chunk" if depth == 0 => {
+                print!("{}", f["content"].as_str().unwrap_or_default());
+                std::io::stdout().flush()?;
+                at_line_start = false;
+            }
+            "chunk" => {}
+            "tool_call_update" if f["status"] == "start" => {
+                let title = f["args"]["title"]
+                    .as_str()
+                    .map(|t| format!(" “{t}”"))
+                    .unwrap_or_default();
+                line(format!(
+                    "{pad}├─ {}{title} …",
+                    f["name"].as_str().unwrap_or("?")
+                ));
+            }
+            "tool_call_update" => {
+                let ok = f["is_error"] != true;
+                let result: String = f["result"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(100)
+                    .collect();
+                let result = result.replace('\n', " ");
+                line(format!(
+                    "{pad}└─ {} {} {result}",
+                    f["name"].as_str().unwrap_or("?"),
+                    if ok { "✓" } else { "✗" }
+                ));
+            }
+            "tool_approval_request" => {
+                line(format!(
+                    "{pad}? {} wants to run with {} ({})",
+                    f["name"].as_str().unwrap_or("?"),
+                    f["args"],
+                    f["category"].as_str().unwrap_or("")
+                ));
+                let decision = ask(input).await?;
+                let reply = json!({"type": "tool_approval_response", "tool_call_id": f["tool_call_id"], "decision": decision});
+                ws.send(Message::Text(reply.to_string().into())).await?;
+            }
+            "budget_exceeded" if f["ends_turn"] != false => {
+                line(format!(
+                    "! budget reached: {} (limit {}, used {})",
+                    f["reason"].as_str().unwrap_or("?"),
+                    f["limit"],
+                    f["observed"]
+                ));
+            }
+            "cost_summary" => line(format!(
+                "({} model calls, {} tool calls, {} in / {} out tokens, ${:.4})",
+                f["llm_calls"],
+                f["tool_calls"],
+                f["input_tokens"],
+                f["output_tokens"],
+                f["cost_usd"].as_f64().unwrap_or(0.0)
+            )),
+            "error" => {
+                line(format!(
+                    "error [{}]: {}",
+                    f["code"].as_str().unwrap_or("?"),
+                    f["message"].as_str().unwrap_or("")
+                ));
+                if f["thread_id"].is_null() {
+                    return Ok(thread);
+                }
+            }
+            _ => {}
+        }
+    }
+    bail!("the server closed the connection")
+}
+
+async fn ask(input: &mut Input) -> anyhow::Result<&'static str> {
+    loop {
+        print!("    allow? [y]es / [a]lways for this chat / [n]o: ");
+        std::io::stdout().flush()?;
+        let answer = input.next_line().await?.unwrap_or_default();
+        match answer.trim().to_lowercase().as_str() {
+            "y" | "yes" => return Ok("allow"),
+            "a" | "always" => return Ok("allow_for_chat"),
+            "n" | "no" | "" => return Ok("deny"),
+            _ => continue,
+        }
+    }
+}
+
+/// `weft threads`: the caller's threads, newest first.
+pub async fn list_threads(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
+    let mut request = reqwest::Client::new().get(format!("{}/threads", url.trim_end_matches('/')));
+    if let Some(key) = api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {url}"))?;
+    if !response.status().is_success() {
+        bail!("{} answered {}", url, response.status());
+    }
+    let threads: Vec<Value> = response.json().await?;
+    if threads.is_empty() {
+        println!("no threads yet");
+    }
+    for t in threads {
+        let active = if t["active"] == true { " ●" } else { "" };
+        println!(
+            "{}  {:<8} {}  {}{active}",
+            t["id"].as_str().unwrap_or(""),
+            t["permission_mode"].as_str().unwrap_or(""),
+            t["updated_at"].as_str().unwrap_or(""),
+            t["title"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}

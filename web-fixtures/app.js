@@ -1,0 +1,233 @@
+// Weft's reference client: threads, composer, permission modes, streaming text, nested
+// tool-call cards, inline approvals, budget notices, cost, reload and resume.
+
+import { WeftSocket } from "./socket.js";
+import { el, userMessage, assistantMessage, toolCard, finishCard, notice, costLine, approvalCard } from "./render.js";
+
+const $ = (id) => document.getElementById(id);
+const MODES = { plan: "Plan", default: "Default", auto: "Auto" };
+
+const state = {
+  threadId: null,        // the thread on screen (null: a new chat)
+  mode: "default",       // the mode for the thread on screen
+  running: false,        // a turn of this thread is streaming
+  lastSeq: {},           // thread id → last seq seen (for resume_chat)
+  live: null,            // the assistant message being streamed
+  cards: new Map(),      // tool_call_id → card element
+  approvals: [],         // pending approval requests, oldest first
+};
+
+const socket = new WeftSocket(onFrame, onConnection);
+
+function headers() {
+  const key = new URLSearchParams(location.search).get("api_key") || localStorage.getItem("weft_api_key");
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+// ---- threads ----
+
+async function loadThreads() {
+  const res = await fetch("/threads", { headers: headers() });
+  if (!res.ok) return [];
+  const threads = await res.json();
+  const list = $("threads");
+  list.replaceChildren(...threads.map((t) => {
+    const li = el("li", { "data-id": t.id, text: t.title || "Untitled" });
+    if (t.id === state.threadId) li.classList.add("current");
+    if (t.active) li.classList.add("active");
+    li.onclick = () => openThread(t.id);
+    return li;
+  }));
+  return threads;
+}
+
+function resetView() {
+  $("messages").replaceChildren();
+  $("approvals").replaceChildren();
+  state.cards.clear();
+  state.approvals = [];
+  state.live = null;
+  setRunning(false);
+}
+
+async function openThread(id) {
+  resetView();
+  state.threadId = id;
+  const threads = await loadThreads();
+  const meta = threads.find((t) => t.id === id);
+  $("thread-title").textContent = meta ? meta.title || "Untitled" : "Thread";
+  setMode(meta ? meta.permission_mode : "default", false);
+  const res = await fetch(`/threads/${id}/messages`, { headers: headers() });
+  if (!res.ok) return;
+  for (const m of await res.json()) renderStored(m);
+  if (meta && meta.active) {
+    // A turn is still running (another tab, or before a reload): replay it and follow it.
+    state.lastSeq[id] = 0;
+    socket.send({ command: "resume_chat", data: { thread_id: id, last_seq: 0 } });
+  }
+  scrollDown();
+}
+
+function newThread() {
+  resetView();
+  state.threadId = null;
+  $("thread-title").textContent = "New chat";
+  setMode("default", false);
+  loadThreads();
+  $("input").focus();
+}
+
+/// A persisted message, with its execution tree rebuilt as nested cards.
+function renderStored(m) {
+  const text = typeof m.content === "string" ? m.content : (m.content || []).filter((p) => p.type === "text").map((p) => p.text).join("\n");
+  if (m.role === "user") { $("messages").append(userMessage(text)); return; }
+  const view = assistantMessage();
+  view.text.textContent = text;
+  view.root.dataset.id = m.id;
+  for (const node of (m.execution_tree && m.execution_tree.nodes) || []) {
+    const parent = node.parent_id ? state.cards.get(node.parent_id) : null;
+    const depth = parent ? Number(parent.dataset.depth) + 1 : 0;
+    const card = toolCard({ id: node.id, name: node.name, title: node.title, args: node.args_preview, depth });
+    finishCard(card, { result: node.result_preview, isError: node.is_error, durationMs: node.duration_ms });
+    state.cards.set(node.id, card);
+    (parent ? parent.querySelector(":scope > .body > .children") : view.tools).append(card);
+  }
+  if (m.cost_usd !== undefined && m.input_tokens !== undefined) {
+    view.root.append(el("div", { class: "cost", text: `${m.input_tokens} in / ${m.output_tokens} out tokens${m.cost_usd ? ` · $${m.cost_usd.toFixed(4)}` : ""}` }));
+  }
+  $("messages").append(view.root);
+}
+
+// ---- live frames ----
+
+function onFrame(f) {
+  if (f.type === "pong") return;
+  if (f.thread_id && f.seq) state.lastSeq[f.thread_id] = Math.max(state.lastSeq[f.thread_id] || 0, f.seq);
+  if (f.type === "error" && !f.thread_id) { $("messages").append(notice("error", `${f.code}: ${f.message}`)); setRunning(false); scrollDown(); return; }
+  if (f.thread_id && state.threadId && f.thread_id !== state.threadId) { loadThreads(); return; }
+  switch (f.type) {
+    case "turn_started":
+      if (!state.threadId) { state.threadId = f.thread_id; loadThreads(); }
+      state.live = assistantMessage();
+      $("messages").append(state.live.root);
+      setRunning(true);
+      break;
+    case "chunk":
+      if (f.done) { finishTurn(); break; }
+      ensureLive();
+      if (!f.depth) state.live.text.textContent += f.content;
+      else {
+        const parent = state.cards.get(f.parent_id);
+        if (parent) parent.querySelector(":scope > .body > .stream").textContent += f.content;
+      }
+      break;
+    case "tool_call_update": onToolUpdate(f); break;
+    case "tool_approval_request":
+      if (!state.approvals.some((a) => a.tool_call_id === f.tool_call_id)) state.approvals.push(f);
+      renderApprovals();
+      break;
+    case "tool_approval_resolved":
+      state.approvals = state.approvals.filter((a) => a.tool_call_id !== f.tool_call_id);
+      renderApprovals();
+      break;
+    case "budget_exceeded":
+      if (f.ends_turn !== false) $("messages").append(notice("budget", `Budget reached: ${f.reason.replace("_", " ")} (limit ${f.limit}, used ${f.observed}). The turn stopped; what it produced is kept.`));
+      break;
+    case "cost_summary": ensureLive(); state.live.root.append(costLine(f)); break;
+    case "message": if (state.live) state.live.root.dataset.id = f.message.id; break;
+    case "error": $("messages").append(notice("error", `${f.code}: ${f.message}`)); break;
+  }
+  scrollDown();
+}
+
+function ensureLive() {
+  if (!state.live) { state.live = assistantMessage(); $("messages").append(state.live.root); }
+}
+
+function onToolUpdate(f) {
+  ensureLive();
+  if (f.status === "start") {
+    if (state.cards.has(f.tool_call_id)) return;
+    const card = toolCard({ id: f.tool_call_id, name: f.name, title: f.args && f.name === "run_subtask" ? f.args.title : undefined, args: f.args, depth: f.depth || 0 });
+    state.cards.set(f.tool_call_id, card);
+    const parent = f.parent_id ? state.cards.get(f.parent_id) : null;
+    (parent ? parent.querySelector(":scope > .body > .children") : state.live.tools).append(card);
+  } else {
+    const card = state.cards.get(f.tool_call_id);
+    if (card) finishCard(card, { result: f.result, isError: f.is_error, durationMs: f.metadata && f.metadata.execution_time_ms });
+  }
+}
+
+function finishTurn() {
+  setRunning(false);
+  state.live = null;
+  state.approvals = [];
+  renderApprovals();
+  loadThreads();
+}
+
+function renderApprovals() {
+  const [first, ...rest] = state.approvals;
+  $("approvals").replaceChildren(...(first ? [approvalCard(first, rest.length, decide)] : []));
+}
+
+function decide(toolCallId, decision) {
+  socket.send({ type: "tool_approval_response", tool_call_id: toolCallId, decision });
+  state.approvals = state.approvals.filter((a) => a.tool_call_id !== toolCallId);
+  renderApprovals();
+}
+
+function onConnection(status) {
+  $("connection").textContent = status === "up" ? "connected" : "reconnecting…";
+  $("connection").classList.toggle("up", status === "up");
+  if (status === "up" && state.running && state.threadId) {
+    // Pick the running turn up where the dropped socket left it.
+    socket.send({ command: "resume_chat", data: { thread_id: state.threadId, last_seq: state.lastSeq[state.threadId] || 0 } });
+  }
+}
+
+// ---- composer and modes ----
+
+function setRunning(running) {
+  state.running = running;
+  $("turn-status").textContent = running ? "working…" : "";
+  $("send").disabled = running;
+}
+
+function setMode(mode, announce) {
+  state.mode = mode;
+  $("mode-label").textContent = MODES[mode];
+  $("mode-button").dataset.mode = mode;
+  for (const li of $("mode-menu").children) li.setAttribute("aria-selected", String(li.dataset.mode === mode));
+  if (announce && state.threadId) socket.send({ command: "set_permission_mode", data: { thread_id: state.threadId, permission_mode: mode } });
+}
+
+function send(e) {
+  e.preventDefault();
+  const text = $("input").value.trim();
+  if (!text || state.running) return;
+  $("messages").append(userMessage(text));
+  const data = { content: text, permission_mode: state.mode };
+  if (state.threadId) data.thread_id = state.threadId;
+  socket.send({ command: "chat_message", request_id: crypto.randomUUID ? crypto.randomUUID() : String(Date.now()), data });
+  $("input").value = "";
+  setRunning(true);
+  scrollDown();
+}
+
+function scrollDown() { const m = $("messages"); m.scrollTop = m.scrollHeight; }
+
+$("composer").addEventListener("submit", send);
+$("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) send(e); });
+$("new-thread").onclick = newThread;
+$("mode-button").onclick = () => {
+  const menu = $("mode-menu");
+  menu.hidden = !menu.hidden;
+  $("mode-button").setAttribute("aria-expanded", String(!menu.hidden));
+};
+for (const li of $("mode-menu").children) {
+  li.onclick = () => { setMode(li.dataset.mode, true); $("mode-menu").hidden = true; };
+}
+setMode("default", false);
+loadThreads();
+window.weft = { state, socket, openThread };

@@ -1,0 +1,82 @@
+// DOM rendering: messages, nested tool-call cards, approval cards, notices.
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (v !== undefined && v !== null) node.setAttribute(k, v);
+  }
+  for (const c of children) if (c) node.append(c);
+  return node;
+}
+
+function pretty(value) {
+  if (value === undefined || value === null) return "";
+  if (typeof value === "string") {
+    try { return JSON.stringify(JSON.parse(value), null, 2); } catch { return value; }
+  }
+  return JSON.stringify(value, null, 2);
+}
+
+export function userMessage(text) {
+  return el("div", { class: "message user" }, el("div", { class: "text", text }));
+}
+
+export function assistantMessage() {
+  const text = el("div", { class: "text" });
+  const tools = el("div", { class: "tools" });
+  const root = el("div", { class: "message assistant" }, tools, text);
+  return { root, text, tools };
+}
+
+/// A tool-call card; depth-0 cards start open, deeper ones collapsed.
+export function toolCard({ id, name, title, args, depth }) {
+  const card = el("details", { class: "tool-card", "data-id": id, "data-name": name, "data-status": "running", "data-depth": depth });
+  if (!depth) card.open = true;
+  const summary = el("summary", {},
+    el("span", { class: "name", text: name }),
+    title ? el("span", { class: "title", text: title }) : null,
+    el("span", { class: "badge", text: "running" }));
+  const body = el("div", { class: "body" });
+  if (args !== undefined && args !== null && args !== "") {
+    body.append(el("div", { class: "label", text: "arguments" }), el("pre", { class: "args", text: pretty(args) }));
+  }
+  const stream = el("div", { class: "stream" });
+  const children = el("div", { class: "children" });
+  const result = el("div", { class: "result-slot" });
+  body.append(stream, children, result);
+  card.append(summary, body);
+  return card;
+}
+
+export function finishCard(card, { result, isError, durationMs }) {
+  card.dataset.status = isError ? "error" : "done";
+  const badge = card.querySelector(":scope > summary .badge");
+  const took = durationMs !== undefined ? ` · ${durationMs < 1000 ? `${Math.round(durationMs)} ms` : `${(durationMs / 1000).toFixed(1)} s`}` : "";
+  badge.textContent = (isError ? "error" : "done") + took;
+  const slot = card.querySelector(":scope > .body > .result-slot");
+  slot.replaceChildren(el("div", { class: "label", text: isError ? "error" : "result" }), el("pre", { class: "result", text: pretty(result) }));
+}
+
+export function notice(kind, text) {
+  return el("div", { class: `notice ${kind}`, text });
+}
+
+export function costLine(c) {
+  const usd = c.cost_usd ? ` · $${c.cost_usd.toFixed(4)}` : "";
+  return el("div", { class: "cost", text: `${c.llm_calls} model calls · ${c.tool_calls} tool calls · ${c.input_tokens} in / ${c.output_tokens} out tokens${usd}` });
+}
+
+/// The approval card for the first pending request, with how many more are queued.
+export function approvalCard(request, queued, onDecision) {
+  const buttons = [["allow", "Allow"], ["allow_for_chat", "Allow for this chat"], ["deny", "Deny"]].map(([decision, label]) => {
+    const b = el("button", { type: "button", "data-decision": decision, text: label });
+    b.onclick = () => onDecision(request.tool_call_id, decision);
+    return b;
+  });
+  return el("div", { class: "approval", "data-id": request.tool_call_id },
+    el("div", { class: "what", text: `The agent wants to run ${request.name} (${request.category}).` }),
+    el("pre", { text: pretty(request.args) }),
+    el("div", { class: "actions" }, ...buttons, queued > 0 ? el("span", { class: "queued", text: `+${queued} more pending` }) : null));
+}
