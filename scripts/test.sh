@@ -3,6 +3,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Headless Chromium and its driver for the browser tests, and what native crates link
+# against; installed from Debian's packages when missing.
+missing=()
+for pair in chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver pkg-config:/usr/bin/pkg-config; do
+  [ -e "${pair#*:}" ] || missing+=("${pair%%:*}")
+done
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
 # PostgreSQL: the store and server suites run against a real server (trust auth, database `test`).
 if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
   echo "test.sh: starting PostgreSQL"
