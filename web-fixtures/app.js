@@ -230,4 +230,5 @@ for (const li of $("mode-menu").children) {
 }
 setMode("default", false);
 loadThreads();
+fetch("/healthz").then((r) => r.json()).then((h) => { $("demo-banner").hidden = !h.demo; }).catch(() => {});
 window.weft = { state, socket, openThread };

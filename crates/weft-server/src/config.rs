@@ -231,6 +231,15 @@ impl Config {
         if let Some(v) = env("ANTHROPIC_BASE_URL") {
             self.providers.anthropic.base_url = Some(v);
         }
+        // Containers: `key:user,key2:user2` replaces the configured keys.
+        if let Some(v) = env("WEFT_API_KEYS") {
+            self.auth.api_keys = v
+                .split(',')
+                .filter_map(|pair| pair.trim().split_once(':'))
+                .map(|(key, user)| ApiKeyEntry { key: key.trim().to_owned(), user: user.trim().to_owned() })
+                .filter(|e| !e.key.is_empty() && !e.user.is_empty())
+                .collect();
+        }
     }
 
     /// The provider to use when a message names none: configured, else from the environment
@@ -280,12 +289,15 @@ mod tests {
             "WEFT_BIND" => Some("127.0.0.1:1".to_owned()),
             "DATABASE_URL" => Some("postgres://x/y".to_owned()),
             "WEFT_SCRIPT" => Some("s.json".to_owned()),
+            "WEFT_API_KEYS" => Some("k1:alice, k2:bob,broken".to_owned()),
             _ => None,
         };
         config.apply_env(env);
         assert_eq!(config.server.bind, "127.0.0.1:1");
         assert_eq!(config.database.url, "postgres://x/y");
         assert_eq!(config.default_provider(), "scripted");
+        let keys: Vec<_> = config.auth.api_keys.iter().map(|k| (k.key.as_str(), k.user.as_str())).collect();
+        assert_eq!(keys, vec![("k1", "alice"), ("k2", "bob")]);
     }
 
     #[test]

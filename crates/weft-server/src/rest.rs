@@ -111,7 +111,12 @@ pub async fn delete_thread(
 
 pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     match state.store.ping().await {
-        Ok(()) => Json(json!({"status": "ok"})).into_response(),
+        Ok(()) => Json(json!({
+            "status": "ok",
+            "provider": state.providers.default_name(),
+            "demo": state.providers.is_demo(),
+        }))
+        .into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "health check: database unavailable");
             (
