@@ -236,7 +236,10 @@ impl Config {
             self.auth.api_keys = v
                 .split(',')
                 .filter_map(|pair| pair.trim().split_once(':'))
-                .map(|(key, user)| ApiKeyEntry { key: key.trim().to_owned(), user: user.trim().to_owned() })
+                .map(|(key, user)| ApiKeyEntry {
+                    key: key.trim().to_owned(),
+                    user: user.trim().to_owned(),
+                })
                 .filter(|e| !e.key.is_empty() && !e.user.is_empty())
                 .collect();
         }
@@ -296,7 +299,12 @@ mod tests {
         assert_eq!(config.server.bind, "127.0.0.1:1");
         assert_eq!(config.database.url, "postgres://x/y");
         assert_eq!(config.default_provider(), "scripted");
-        let keys: Vec<_> = config.auth.api_keys.iter().map(|k| (k.key.as_str(), k.user.as_str())).collect();
+        let keys: Vec<_> = config
+            .auth
+            .api_keys
+            .iter()
+            .map(|k| (k.key.as_str(), k.user.as_str()))
+            .collect();
         assert_eq!(keys, vec![("k1", "alice"), ("k2", "bob")]);
     }
 

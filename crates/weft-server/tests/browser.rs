@@ -30,6 +30,7 @@ fn script() -> Value {
         {"match": "write", "steps": [
             {"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.md", "content": "hello from the browser"}}]},
             {"text": "done writing", "repeat": true}]},
+        {"match": "slow", "steps": [{"chunks": ["one ", "two ", "three ", "four"], "chunk_delay_ms": 400}]},
         {"match": "*", "steps": [{"chunks": ["Hello ", "there!"], "chunk_delay_ms": 400, "repeat": true}]}
     ]})
 }
@@ -42,13 +43,19 @@ struct Browser {
 
 impl Browser {
     async fn start() -> Browser {
-        let chromium = std::env::var("WEFT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let chromedriver = std::env::var("WEFT_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let chromium =
+            std::env::var("WEFT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let chromedriver =
+            std::env::var("WEFT_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
         assert!(
             std::path::Path::new(&chromium).exists() && std::path::Path::new(&chromedriver).exists(),
             "headless Chromium is needed: scripts/test.sh installs Debian's chromium and chromium-driver"
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let driver = tokio::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -66,7 +73,11 @@ impl Browser {
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
         let client = loop {
-            match ClientBuilder::native().capabilities(caps.clone()).connect(&url).await {
+            match ClientBuilder::native()
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await
+            {
                 Ok(client) => break client,
                 Err(e) if Instant::now() < deadline => {
                     let _ = e;
@@ -75,12 +86,17 @@ impl Browser {
                 Err(e) => panic!("cannot start a Chromium session: {e}"),
             }
         };
-        Browser { client, _driver: driver, _profile: profile }
+        Browser {
+            client,
+            _driver: driver,
+            _profile: profile,
+        }
     }
 
     async fn open(&self, server: &TestServer) {
         self.client.goto(&server.url("/")).await.unwrap();
-        self.wait("document.getElementById('connection').classList.contains('up')").await;
+        self.wait("document.getElementById('connection').classList.contains('up')")
+            .await;
     }
 
     /// Poll a JavaScript expression until it is truthy.
@@ -97,19 +113,43 @@ impl Browser {
     }
 
     async fn js(&self, expr: &str) -> Value {
-        self.client.execute(&format!("return ({expr});"), vec![]).await.unwrap()
+        self.client
+            .execute(&format!("return ({expr});"), vec![])
+            .await
+            .unwrap()
     }
 
     async fn say(&self, text: &str) {
         let input = self.client.find(Locator::Css("#input")).await.unwrap();
         input.send_keys(text).await.unwrap();
-        self.client.find(Locator::Css("#send")).await.unwrap().click().await.unwrap();
+        self.client
+            .find(Locator::Css("#send"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
     }
 
     async fn pick_mode(&self, mode: &str) {
-        self.client.find(Locator::Css("#mode-button")).await.unwrap().click().await.unwrap();
-        self.client.find(Locator::Css(&format!("#mode-menu li[data-mode='{mode}']"))).await.unwrap().click().await.unwrap();
-        self.wait(&format!("document.getElementById('mode-button').dataset.mode === '{mode}'")).await;
+        self.client
+            .find(Locator::Css("#mode-button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        self.client
+            .find(Locator::Css(&format!("#mode-menu li[data-mode='{mode}']")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        self.wait(&format!(
+            "document.getElementById('mode-button').dataset.mode === '{mode}'"
+        ))
+        .await;
     }
 
     async fn shot(&self, name: &str) {
@@ -136,8 +176,10 @@ async fn a_question_streams_its_answer() {
     // Seen mid-stream, then complete.
     b.wait(&format!("{ANSWER} === 'Hello '")).await;
     b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
-    b.wait("document.querySelector('.message.assistant .cost')").await;
-    b.wait("document.querySelector('#threads li')?.textContent === 'hi'").await;
+    b.wait("document.querySelector('.message.assistant .cost')")
+        .await;
+    b.wait("document.querySelector('#threads li')?.textContent === 'hi'")
+        .await;
     b.shot("streamed-answer").await;
     b.close().await;
     server.stop().await;
@@ -155,18 +197,32 @@ async fn subtasks_show_nested_cards_and_a_reload_shows_the_same_tree() {
     let live = b.js(tree).await;
     assert_eq!(
         live,
-        json!(["run_subtask|0|done||true", "memory_write|1|done|run_subtask|false", "run_subtask|0|done||true"]),
+        json!([
+            "run_subtask|0|done||true",
+            "memory_write|1|done|run_subtask|false",
+            "run_subtask|0|done||true"
+        ]),
         "depth-0 cards open, nested ones collapsed"
     );
     b.shot("nested-subtask-cards").await;
 
     b.client.refresh().await.unwrap();
-    b.wait("document.getElementById('connection').classList.contains('up')").await;
-    b.client.find(Locator::Css("#threads li")).await.unwrap().click().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    b.client
+        .find(Locator::Css("#threads li"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     b.wait(&format!("{ANSWER} === 'A and B differ.'")).await;
-    b.wait("document.querySelectorAll('.tool-card').length === 3").await;
+    b.wait("document.querySelectorAll('.tool-card').length === 3")
+        .await;
     assert_eq!(b.js(tree).await, live);
-    let titles = b.js("Array.from(document.querySelectorAll('.tool-card .title')).map(t => t.textContent)").await;
+    let titles = b
+        .js("Array.from(document.querySelectorAll('.tool-card .title')).map(t => t.textContent)")
+        .await;
     assert_eq!(titles, json!(["Research A", "Research B"]));
     b.shot("reloaded-tree").await;
     b.close().await;
@@ -180,14 +236,31 @@ async fn an_allowed_approval_writes_the_file() {
     let b = Browser::start().await;
     b.open(&server).await;
     b.say("write my notes").await;
-    b.wait("document.querySelector('.approval button[data-decision=allow]')").await;
-    assert_eq!(b.js("document.querySelectorAll('.approval').length").await, json!(1));
+    b.wait("document.querySelector('.approval button[data-decision=allow]')")
+        .await;
+    assert_eq!(
+        b.js("document.querySelectorAll('.approval').length").await,
+        json!(1)
+    );
     b.shot("approval-card").await;
-    b.client.find(Locator::Css(".approval button[data-decision='allow']")).await.unwrap().click().await.unwrap();
-    b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'done'").await;
+    b.client
+        .find(Locator::Css(".approval button[data-decision='allow']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'done'")
+        .await;
     b.wait(&format!("{ANSWER} === 'done writing'")).await;
-    assert_eq!(std::fs::read_to_string(server.workspace.join("notes.md")).unwrap(), "hello from the browser");
-    assert_eq!(b.js("document.querySelectorAll('.approval').length").await, json!(0));
+    assert_eq!(
+        std::fs::read_to_string(server.workspace.join("notes.md")).unwrap(),
+        "hello from the browser"
+    );
+    assert_eq!(
+        b.js("document.querySelectorAll('.approval').length").await,
+        json!(0)
+    );
     b.shot("approval-allowed").await;
     b.close().await;
     server.stop().await;
@@ -200,10 +273,22 @@ async fn a_denial_shows_as_an_error_card() {
     let b = Browser::start().await;
     b.open(&server).await;
     b.say("write my notes").await;
-    b.wait("document.querySelector('.approval button[data-decision=deny]')").await;
-    b.client.find(Locator::Css(".approval button[data-decision='deny']")).await.unwrap().click().await.unwrap();
-    b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'error'").await;
-    let result = b.js("document.querySelector('.tool-card[data-name=write_file] .result').textContent").await;
+    b.wait("document.querySelector('.approval button[data-decision=deny]')")
+        .await;
+    b.client
+        .find(Locator::Css(".approval button[data-decision='deny']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait(
+        "document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'error'",
+    )
+    .await;
+    let result = b
+        .js("document.querySelector('.tool-card[data-name=write_file] .result').textContent")
+        .await;
     assert!(result.as_str().unwrap().starts_with("denied:"), "{result}");
     assert!(!server.workspace.join("notes.md").exists());
     b.shot("approval-denied").await;
@@ -222,19 +307,51 @@ async fn switching_the_mode_changes_what_the_next_write_does() {
     let checked = b.js("Array.from(document.querySelectorAll('#mode-menu li')).map(li => li.dataset.mode + ':' + li.getAttribute('aria-selected'))").await;
     assert_eq!(checked, json!(["plan:true", "default:false", "auto:false"]));
     b.say("write in plan mode").await;
-    b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'error'").await;
-    let result = b.js("document.querySelector('.tool-card[data-name=write_file] .result').textContent").await;
+    b.wait(
+        "document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'error'",
+    )
+    .await;
+    let result = b
+        .js("document.querySelector('.tool-card[data-name=write_file] .result').textContent")
+        .await;
     assert!(result.as_str().unwrap().contains("plan mode"), "{result}");
     assert!(!server.workspace.join("notes.md").exists());
     b.shot("plan-mode-refusal").await;
 
-    b.client.find(Locator::Css("#new-thread")).await.unwrap().click().await.unwrap();
+    b.client
+        .find(Locator::Css("#new-thread"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     b.pick_mode("auto").await;
     b.say("write in auto mode").await;
-    b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'done'").await;
-    assert_eq!(b.js("document.querySelectorAll('.approval').length").await, json!(0), "auto never asks");
+    b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'done'")
+        .await;
+    assert_eq!(
+        b.js("document.querySelectorAll('.approval').length").await,
+        json!(0),
+        "auto never asks"
+    );
     assert!(server.workspace.join("notes.md").exists());
     b.shot("auto-mode-write").await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_dropped_socket_resumes_the_running_turn() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.say("slow story").await;
+    b.wait(&format!("{ANSWER} === 'one '")).await;
+    b.js("(window.weft.socket.drop(), true)").await;
+    b.wait(&format!("{ANSWER} === 'one two three four'")).await;
+    b.wait("!window.weft.state.running").await;
+    b.shot("resumed-after-drop").await;
     b.close().await;
     server.stop().await;
 }

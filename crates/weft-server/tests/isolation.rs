@@ -123,7 +123,13 @@ async fn health_and_metrics() {
         {"text": "hi", "usage": {"input_tokens": 12, "output_tokens": 1}}]}]}))
     .await;
     let (status, body) = server.get("/healthz", None).await;
-    assert_eq!((status, body), (200, json!({"status": "ok", "provider": "scripted", "demo": false})));
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"status": "ok", "provider": "scripted", "demo": false})
+        )
+    );
     let mut c = server.client().await;
     c.chat(None, "hello", json!({})).await;
     c.turn().await;
