@@ -2,7 +2,12 @@
 
 /// Peak and current resident set size of this process, in KiB (from /proc/self/status).
 pub fn rss_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    rss_kib_of("self")
+}
+
+/// Peak and current resident set size of process `pid` ("self" for this one), in KiB.
+pub fn rss_kib_of(pid: &str) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
             .lines()

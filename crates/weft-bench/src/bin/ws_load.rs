@@ -64,16 +64,7 @@ fn w1_script() -> Value {
 }
 
 fn rss_of(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
+    weft_bench::rss_kib_of(&pid.to_string())
 }
 
 async fn connect(addr: &str) -> Ws {
@@ -83,17 +74,13 @@ async fn connect(addr: &str) -> Ws {
             .await
         {
             Ok((ws, _)) => return ws,
-            Err(e) if tries < 50 => {
+            Err(_) if tries < 50 => {
                 tries += 1;
-                tracing_sleep(&e).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => fail(&format!("cannot connect: {e}")),
         }
     }
-}
-
-async fn tracing_sleep(_e: &dyn std::fmt::Display) {
-    tokio::time::sleep(Duration::from_millis(20)).await;
 }
 
 fn fail(message: &str) -> ! {
@@ -187,19 +174,17 @@ async fn main() {
         match tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
             Ok(Ok(Some(line))) => {
                 if let Some(at) = line.find("listening on ") {
+                    // The log may be coloured: the address ends at whitespace or an escape.
                     let rest = &line[at + "listening on ".len()..];
                     break rest
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .trim_end_matches('\u{1b}')
-                        .to_owned();
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != '\u{1b}')
+                        .collect::<String>();
                 }
             }
             _ => fail("the server never said `listening on`"),
         }
     };
-    let addr = addr.split('\u{1b}').next().unwrap_or_default().to_owned();
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let expected: String = (0..20).map(|j| format!("w{j:03} ")).collect::<String>();
     let peer = format!("weft-ws-{}", args.db);
