@@ -7,12 +7,10 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    compose_toolbelt, prompts, AgentMemory, ChatMessage, EventSink, ExecutionMode, ToolPolicy,
-    TurnEnd, TurnOutcome, TurnSpec,
+    prompts, AgentMemory, ChatMessage, EventSink, ExecutionMode, TurnEnd, TurnOutcome, TurnSpec,
 };
 use weft_protocol::{
-    ChatMessageData, ErrorCode, MessageContent, PermissionMode, PolicyClass, ServerEvent,
-    ToolCallStatus,
+    ChatMessageData, ErrorCode, MessageContent, PermissionMode, ServerEvent, ToolCallStatus,
 };
 use weft_store::{new_id, now_ms, ApprovalRow, NewMessage, StoreError, ThreadRow};
 
@@ -109,14 +107,7 @@ pub async fn start_turn(conn: &Connection, data: ChatMessageData) -> Result<(), 
     let permission_mode = runtime.gate.mode();
     runtime.subscribe(conn.id, conn.tx.clone());
 
-    let context = data.chat_context();
-    let mut policy =
-        ToolPolicy::for_context(&context, state.workspace_root.as_deref().map(Into::into));
-    policy.allow_private_network = state.config.policy.allow_private_network;
-    if state.config.policy.allow_secrets {
-        policy.classes.insert(PolicyClass::Secrets);
-    }
-    let toolbelt = compose_toolbelt(&state.tools, &policy, &context);
+    let toolbelt = state.toolbelt_for(&data.chat_context());
     let can_delegate = state.agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
     let mut system_prompt =
         prompts::root_system_prompt(&toolbelt.names(), permission_mode, can_delegate);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use weft_core::{ModeRegistry, RateCard, Tool};
-use weft_protocol::AgentConfig;
+use weft_core::{compose_toolbelt, ModeRegistry, RateCard, ToolPolicy, Toolbelt};
+use weft_protocol::{AgentConfig, ChatContext, PolicyClass};
 use weft_store::Store;
 
 use crate::config::Config;
@@ -21,7 +21,9 @@ pub struct AppState {
     pub store: Store,
     pub providers: Providers,
     pub modes: ModeRegistry,
-    pub tools: Vec<Arc<dyn Tool>>,
+    /// The composed toolbelts, one per chat context, built (and their schemas compiled) once.
+    thread_toolbelt: Toolbelt,
+    editor_toolbelt: Toolbelt,
     pub agent: Arc<AgentConfig>,
     pub rate_card: Arc<RateCard>,
     pub hub: ThreadHub,
@@ -84,6 +86,18 @@ impl AppState {
                 source,
             })?;
 
+        let workspace: Arc<Path> = Arc::from(workspace.as_path());
+        let tools = weft_tools::builtin_tools();
+        let toolbelt = |context: &ChatContext| {
+            let mut policy = ToolPolicy::for_context(context, Some(workspace.to_path_buf()));
+            policy.allow_private_network = config.policy.allow_private_network;
+            if config.policy.allow_secrets {
+                policy.classes.insert(PolicyClass::Secrets);
+            }
+            compose_toolbelt(&tools, &policy, context)
+        };
+        let thread_toolbelt = toolbelt(&ChatContext::Thread);
+        let editor_toolbelt = toolbelt(&ChatContext::Editor { workflow_id: None });
         let mut rate_card = RateCard::with_common_models();
         rate_card.merge(&config.pricing);
         Ok(Arc::new(AppState {
@@ -92,16 +106,25 @@ impl AppState {
             store,
             providers,
             modes: ModeRegistry::new(),
-            tools: weft_tools::builtin_tools(),
+            thread_toolbelt,
+            editor_toolbelt,
             hub: ThreadHub::default(),
             metrics: Metrics::default(),
             turns: TaskTracker::new(),
             shutdown: CancellationToken::new(),
-            workspace_root: Some(Arc::from(workspace.as_path())),
+            workspace_root: Some(workspace),
             local_user_allowed,
             next_conn: AtomicU64::new(1),
             config,
         }))
+    }
+
+    /// The session toolbelt for a chat context (registered ∩ policy ∩ context).
+    pub fn toolbelt_for(&self, context: &ChatContext) -> Toolbelt {
+        match context {
+            ChatContext::Thread => self.thread_toolbelt.clone(),
+            ChatContext::Editor { .. } => self.editor_toolbelt.clone(),
+        }
     }
 
     pub fn next_conn_id(&self) -> ConnId {

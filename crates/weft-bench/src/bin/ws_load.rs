@@ -2,10 +2,10 @@
 //! W1-shaped script (10 rounds × 4 parallel `memory_write` calls, then 20 text chunks), drives
 //! it over real sockets and prints `peer,metric,value,unit` lines:
 //!
+//! * M idle connections (first, on the fresh server) → server memory per idle connection;
 //! * sequential turns on one socket → per-turn and per-round overhead;
 //! * N concurrent turns (one socket each) → turns/s, p50/p99 time to first frame and to first
-//!   text chunk, the server's peak RSS;
-//! * M idle connections → server memory per idle connection.
+//!   text chunk, the server's peak RSS.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -189,7 +189,27 @@ async fn main() {
     let expected: String = (0..20).map(|j| format!("w{j:03} ")).collect::<String>();
     let peer = format!("weft-ws-{}", args.db);
 
-    // 1. Sequential turns on one socket.
+    // 1. Idle connections, measured first on a fresh server so freed memory is not reused.
+    let (_, idle_before) = rss_of(pid);
+    let mut idle = Vec::with_capacity(args.idle);
+    for _ in 0..args.idle {
+        idle.push(connect(&addr).await);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, idle_after) = rss_of(pid);
+    println!(
+        "{peer},idle{}_server_rss,{:.1},MB",
+        args.idle,
+        idle_after as f64 / 1024.0
+    );
+    println!(
+        "{peer},idle_kib_per_connection,{:.2},KB",
+        idle_after.saturating_sub(idle_before) as f64 / args.idle.max(1) as f64
+    );
+    drop(idle);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // 2. Sequential turns on one socket.
     let mut ws = connect(&addr).await;
     for _ in 0..20 {
         turn(&mut ws).await;
@@ -209,7 +229,7 @@ async fn main() {
     );
     drop(ws);
 
-    // 2. Concurrent turns, one socket each, all sent together.
+    // 3. Concurrent turns, one socket each, all sent together.
     let (_, rss_before) = rss_of(pid);
     let mut sockets = Vec::with_capacity(args.concurrent);
     for _ in 0..args.concurrent {
@@ -273,25 +293,6 @@ async fn main() {
     );
     drop(keep);
     tokio::time::sleep(Duration::from_millis(500)).await;
-
-    // 3. Idle connections.
-    let (_, idle_before) = rss_of(pid);
-    let mut idle = Vec::with_capacity(args.idle);
-    for _ in 0..args.idle {
-        idle.push(connect(&addr).await);
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (_, idle_after) = rss_of(pid);
-    println!(
-        "{peer},idle{}_server_rss,{:.1},MB",
-        args.idle,
-        idle_after as f64 / 1024.0
-    );
-    println!(
-        "{peer},idle_kib_per_connection,{:.2},KB",
-        idle_after.saturating_sub(idle_before) as f64 / args.idle.max(1) as f64
-    );
-    drop(idle);
 
     let _ = server.kill().await;
     if let Some(db) = pg {
