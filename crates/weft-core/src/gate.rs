@@ -97,6 +97,11 @@ impl PermissionGate {
         self.inner.allowed_for_chat.lock().contains(tool_name)
     }
 
+    /// Whether anything was allowed for this chat.
+    pub fn has_grants(&self) -> bool {
+        !self.inner.allowed_for_chat.lock().is_empty()
+    }
+
     pub fn allow_for_chat(&self, tool_name: &str) {
         self.inner
             .allowed_for_chat

@@ -33,6 +33,8 @@ pub struct ServerConfig {
     pub shutdown_timeout_ms: u64,
     /// How often a connection re-checks that its API key is still live.
     pub auth_recheck_ms: u64,
+    /// How long a finished turn's frames stay available to `resume_chat`.
+    pub replay_retention_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +46,7 @@ impl Default for ServerConfig {
             ping_interval_ms: 25_000,
             shutdown_timeout_ms: 30_000,
             auth_recheck_ms: 25_000,
+            replay_retention_ms: 300_000,
         }
     }
 }

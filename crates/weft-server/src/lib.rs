@@ -52,6 +52,7 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     tracing::info!("listening on {addr}");
     let token = state.shutdown.clone();
+    tokio::spawn(janitor(state.clone()));
     // Frames are small and flushed one by one: without TCP_NODELAY, Nagle and delayed ACKs
     // add tens of milliseconds per exchange.
     let listener = listener.tap_io(|tcp| {
@@ -69,6 +70,24 @@ pub async fn serve(
     drain_turns(&state).await;
     state.store.close().await;
     Ok(())
+}
+
+/// Periodically forget replay buffers of long-finished turns and idle thread runtimes.
+async fn janitor(state: Arc<AppState>) {
+    let retention = Duration::from_millis(state.config.server.replay_retention_ms);
+    let mut tick =
+        tokio::time::interval(retention.clamp(Duration::from_secs(1), Duration::from_secs(60)));
+    loop {
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                let dropped = state.hub.sweep(retention);
+                if dropped > 0 {
+                    tracing::debug!(dropped, "forgot idle threads");
+                }
+            }
+        }
+    }
 }
 
 /// Wait for running turns; past the timeout, stop them (they still persist partial work).

@@ -36,6 +36,8 @@ struct ThreadState {
     subscribers: HashMap<ConnId, OutboundTx>,
     active: Option<CancellationToken>,
     detach_generation: u64,
+    /// When the last turn ended (for the janitor).
+    ended_at: Option<std::time::Instant>,
 }
 
 impl ThreadRuntime {
@@ -128,7 +130,24 @@ impl ThreadRuntime {
     }
 
     pub fn end(&self) {
-        self.state.lock().active = None;
+        let mut state = self.state.lock();
+        state.active = None;
+        state.ended_at = Some(std::time::Instant::now());
+    }
+
+    /// Drop the replay buffer of a turn that ended more than `retention` ago; true when the
+    /// runtime is then idle (no turn, no subscribers, nothing granted or pending) and can go.
+    fn sweep(&self, retention: std::time::Duration) -> bool {
+        let mut state = self.state.lock();
+        let stale =
+            state.active.is_none() && state.ended_at.is_some_and(|t| t.elapsed() >= retention);
+        if stale {
+            state.replay = Vec::new();
+        }
+        stale
+            && state.subscribers.is_empty()
+            && self.gate.pending().is_empty()
+            && !self.gate.has_grants()
     }
 
     /// Cancel the running turn; false when none runs.
@@ -182,6 +201,22 @@ impl ThreadHub {
             .collect()
     }
 
+    /// Bound memory: forget replay buffers of long-finished turns and idle runtimes.
+    pub fn sweep(&self, retention: std::time::Duration) -> usize {
+        let mut threads = self.threads.lock();
+        let before = threads.len();
+        threads.retain(|_, t| !t.sweep(retention));
+        before - threads.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.threads.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.threads.lock().is_empty()
+    }
+
     pub fn active(&self) -> Vec<Arc<ThreadRuntime>> {
         self.threads
             .lock()
@@ -203,5 +238,35 @@ impl ThreadHub {
 
     pub fn forget_approval(&self, tool_call_id: &str) {
         self.approvals.lock().remove(tool_call_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_janitor_drops_finished_idle_threads_but_keeps_grants_and_subscribers() {
+        let hub = ThreadHub::default();
+        let idle = hub.get_or_insert("idle", "u", PermissionMode::Default);
+        let granted = hub.get_or_insert("granted", "u", PermissionMode::Default);
+        let watched = hub.get_or_insert("watched", "u", PermissionMode::Default);
+        let running = hub.get_or_insert("running", "u", PermissionMode::Default);
+        for t in [&idle, &granted, &watched] {
+            assert!(t.try_begin(CancellationToken::new()));
+            t.publish(ServerEvent::Pong);
+            t.end();
+        }
+        granted.gate.allow_for_chat("write_file");
+        let (tx, _rx) = mpsc::unbounded_channel();
+        watched.subscribe(1, tx);
+        assert!(running.try_begin(CancellationToken::new()));
+        assert_eq!(hub.sweep(std::time::Duration::ZERO), 1);
+        assert!(hub.get("idle").is_none());
+        assert_eq!(hub.len(), 3);
+        assert!(
+            watched.state.lock().replay.is_empty(),
+            "the replay buffer is dropped"
+        );
     }
 }
