@@ -18,6 +18,9 @@ const state = {
 };
 
 const socket = new WeftSocket(onFrame, onConnection);
+// Remember a key given in the address, so reloads keep working.
+const keyParam = new URLSearchParams(location.search).get("api_key");
+if (keyParam) localStorage.setItem("weft_api_key", keyParam);
 
 function headers() {
   const key = new URLSearchParams(location.search).get("api_key") || localStorage.getItem("weft_api_key");
@@ -28,6 +31,10 @@ function headers() {
 
 async function loadThreads() {
   const res = await fetch("/threads", { headers: headers() });
+  if (res.status === 401) {
+    $("connection").textContent = "API key needed: open /?api_key=YOUR_KEY";
+    return [];
+  }
   if (!res.ok) return [];
   const threads = await res.json();
   const list = $("threads");
@@ -178,6 +185,7 @@ function decide(toolCallId, decision) {
 }
 
 function onConnection(status) {
+  if (status !== "up" && $("connection").textContent.startsWith("API key")) return;
   $("connection").textContent = status === "up" ? "connected" : "reconnecting…";
   $("connection").classList.toggle("up", status === "up");
   if (status === "up" && state.running && state.threadId) {

@@ -15,7 +15,6 @@ use crate::events::EventSink;
 use crate::gate::PermissionGate;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
-use crate::prompts;
 use crate::provider::{Capabilities, Provider};
 use crate::run_loop::{run_level, Level, LevelEnd};
 use crate::toolbelt::Toolbelt;
@@ -225,15 +224,5 @@ pub(crate) fn finish(
         model: turn.model.clone(),
         model_calls: std::mem::take(&mut *turn.model_calls.lock()),
         history,
-    }
-}
-
-/// The message shown for a turn that ended early, for callers that surface it.
-pub fn end_message(end: &TurnEnd) -> Option<String> {
-    match end {
-        TurnEnd::Completed => None,
-        TurnEnd::BudgetExceeded(trip) => Some(trip.to_string()),
-        TurnEnd::Cancelled => Some(prompts::CANCELLED_RESULT.to_owned()),
-        TurnEnd::ProviderError(m) | TurnEnd::ToolAborted(m) | TurnEnd::Failed(m) => Some(m.clone()),
     }
 }

@@ -76,6 +76,12 @@ impl AppState {
         let local_user_allowed = config.auth.api_keys.is_empty() && bind.ip().is_loopback();
         if local_user_allowed {
             store.ensure_user(LOCAL_USER).await?;
+        } else if config.auth.api_keys.is_empty() {
+            tracing::warn!(
+                %bind,
+                "no API keys are configured and the bind is not loopback: every connection will be refused \
+                 (set [auth] api_keys or WEFT_API_KEYS)"
+            );
         }
 
         let root = &config.policy.workspace_root;
