@@ -28,9 +28,12 @@ pub fn median(values: &mut [f64]) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// A global allocator wrapper that tracks live and peak heap bytes, for per-turn heap figures.
+/// A global allocator wrapper over mimalloc (the allocator the `weft` binary uses) that tracks
+/// live and peak heap bytes, for per-turn heap figures.
 pub mod counting {
-    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::alloc::{GlobalAlloc, Layout};
+
+    use mimalloc::MiMalloc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     pub struct Counting;
@@ -42,13 +45,13 @@ pub mod counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
-            // SAFETY: forwarded unchanged to the system allocator.
-            unsafe { System.alloc(layout) }
+            // SAFETY: forwarded unchanged to mimalloc.
+            unsafe { MiMalloc.alloc(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            // SAFETY: forwarded unchanged to the system allocator.
-            unsafe { System.dealloc(ptr, layout) }
+            // SAFETY: forwarded unchanged to mimalloc.
+            unsafe { MiMalloc.dealloc(ptr, layout) }
         }
     }
 

@@ -3,6 +3,11 @@
 
 mod chat;
 
+/// mimalloc: less memory per small allocation and faster than the system allocator for a
+/// server that holds thousands of small turns and connections.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
