@@ -129,10 +129,13 @@ function onFrame(f) {
       }
       break;
     case "tool_call_update": onToolUpdate(f); break;
-    case "tool_approval_request":
+    case "tool_approval_request": {
+      const card = state.cards.get(f.tool_call_id);
+      if (card) { card.dataset.status = "asking"; card.querySelector(":scope > summary .badge").textContent = "awaiting approval"; }
       if (!state.approvals.some((a) => a.tool_call_id === f.tool_call_id)) state.approvals.push(f);
       renderApprovals();
       break;
+    }
     case "tool_approval_resolved":
       state.approvals = state.approvals.filter((a) => a.tool_call_id !== f.tool_call_id);
       renderApprovals();

@@ -30,6 +30,11 @@ fn script() -> Value {
         {"match": "write", "steps": [
             {"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.md", "content": "hello from the browser"}}]},
             {"text": "done writing", "repeat": true}]},
+        {"match": "two files", "steps": [
+            {"tool_calls": [
+                {"name": "write_file", "arguments": {"path": "one.md", "content": "1"}},
+                {"name": "write_file", "arguments": {"path": "two.md", "content": "2"}}]},
+            {"text": "both handled"}]},
         {"match": "slow", "steps": [{"chunks": ["one ", "two ", "three ", "four"], "chunk_delay_ms": 400}]},
         {"match": "*", "steps": [{"chunks": ["Hello ", "there!"], "chunk_delay_ms": 400, "repeat": true}]}
     ]})
@@ -352,6 +357,52 @@ async fn a_dropped_socket_resumes_the_running_turn() {
     b.wait(&format!("{ANSWER} === 'one two three four'")).await;
     b.wait("!window.weft.state.running").await;
     b.shot("resumed-after-drop").await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn several_pending_approvals_queue_one_card_at_a_time() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.say("save two files").await;
+    b.wait("document.querySelector('.approval .queued')?.textContent === '+1 more pending'")
+        .await;
+    assert_eq!(
+        b.js("document.querySelectorAll('.approval').length").await,
+        json!(1)
+    );
+    b.shot("queued-approvals").await;
+    b.client
+        .find(Locator::Css(".approval button[data-decision='allow']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait("document.querySelector('.approval') && !document.querySelector('.approval .queued')")
+        .await;
+    b.client
+        .find(Locator::Css(".approval button[data-decision='deny']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait(&format!("{ANSWER} === 'both handled'")).await;
+    let statuses = b.js("Array.from(document.querySelectorAll('.tool-card[data-name=write_file]')).map(c => c.dataset.status).sort()").await;
+    assert_eq!(statuses, json!(["done", "error"]));
+    let written = [
+        server.workspace.join("one.md").exists(),
+        server.workspace.join("two.md").exists(),
+    ];
+    assert_eq!(
+        written.iter().filter(|w| **w).count(),
+        1,
+        "exactly the allowed write happened"
+    );
     b.close().await;
     server.stop().await;
 }
