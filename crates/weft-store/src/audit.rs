@@ -22,7 +22,7 @@ impl Store {
         models: &[ModelCallRow],
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        insert_message(&mut tx, message).await?;
+        insert_message(&mut tx, message, true).await?;
         insert_tool_calls(&mut tx, tools).await?;
         insert_model_calls(&mut tx, models).await?;
         tx.commit().await?;

@@ -56,7 +56,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        insert_message(&mut tx, user_message).await?;
+        // A thread created just now is already marked active.
+        insert_message(&mut tx, user_message, new_thread.is_none()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -121,7 +122,7 @@ impl Store {
 
     pub async fn insert_message(&self, m: &NewMessage) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        insert_message(&mut tx, m).await?;
+        insert_message(&mut tx, m, true).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -139,8 +140,8 @@ impl Store {
     }
 }
 
-/// Insert a message and mark its thread active, inside `tx`.
-pub(crate) async fn insert_message(tx: &mut Tx<'_>, m: &NewMessage) -> Result<()> {
+/// Insert a message inside `tx`, marking its thread active when `touch`.
+pub(crate) async fn insert_message(tx: &mut Tx<'_>, m: &NewMessage, touch: bool) -> Result<()> {
     sqlx::query(
         "INSERT INTO messages (id, thread_id, role, content, execution_tree, permission_mode, status, \
          input_tokens, output_tokens, cost_usd, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
@@ -158,10 +159,12 @@ pub(crate) async fn insert_message(tx: &mut Tx<'_>, m: &NewMessage) -> Result<()
     .bind(m.created_at)
     .execute(&mut **tx)
     .await?;
-    sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
-        .bind(now_ms())
-        .bind(&m.thread_id)
-        .execute(&mut **tx)
-        .await?;
+    if touch {
+        sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
+            .bind(now_ms())
+            .bind(&m.thread_id)
+            .execute(&mut **tx)
+            .await?;
+    }
     Ok(())
 }
