@@ -53,11 +53,6 @@ impl EventSink {
         }
     }
 
-    /// The execution tree of everything emitted so far.
-    pub fn tree(&self) -> ExecutionTreeSnapshot {
-        self.inner.tree.lock().snapshot()
-    }
-
     /// Take the tree and the per-call records built so far (the turn is over).
     pub fn take_tree(&self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
         self.inner.tree.lock().take()

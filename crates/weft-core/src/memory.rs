@@ -26,8 +26,4 @@ impl AgentMemory {
     pub fn keys(&self) -> Vec<String> {
         self.entries.lock().keys().cloned().collect()
     }
-
-    pub fn snapshot(&self) -> BTreeMap<String, String> {
-        self.entries.lock().clone()
-    }
 }

@@ -91,13 +91,6 @@ impl TreeBuilder {
         }
     }
 
-    pub fn snapshot(&self) -> ExecutionTreeSnapshot {
-        ExecutionTreeSnapshot {
-            version: 1,
-            nodes: self.nodes.iter().map(|n| (**n).clone()).collect(),
-        }
-    }
-
     /// Hand over the tree and the records, leaving the builder empty.
     pub fn take(&mut self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
         (

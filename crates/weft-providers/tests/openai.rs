@@ -250,11 +250,20 @@ async fn unauthorized_fails_at_once() {
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::Http { status: 401, .. }));
+
+    let forbidden = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(ResponseTemplate::new(403))
-        .expect(0)
-        .mount(&server)
+        .expect(1)
+        .mount(&forbidden)
         .await;
+    let err = collect(
+        &provider(&forbidden),
+        request(vec![ChatMessage::user("hi")]),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ProviderError::Http { status: 403, .. }));
 }
 
 #[tokio::test]

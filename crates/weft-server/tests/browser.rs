@@ -127,8 +127,12 @@ impl Browser {
     async fn say(&self, text: &str) {
         let input = self.client.find(Locator::Css("#input")).await.unwrap();
         input.send_keys(text).await.unwrap();
+        self.click("#send").await;
+    }
+
+    async fn click(&self, css: &str) {
         self.client
-            .find(Locator::Css("#send"))
+            .find(Locator::Css(css))
             .await
             .unwrap()
             .click()
@@ -137,20 +141,9 @@ impl Browser {
     }
 
     async fn pick_mode(&self, mode: &str) {
-        self.client
-            .find(Locator::Css("#mode-button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        self.client
-            .find(Locator::Css(&format!("#mode-menu li[data-mode='{mode}']")))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        self.click("#mode-button").await;
+        self.click(&format!("#mode-menu li[data-mode='{mode}']"))
+            .await;
         self.wait(&format!(
             "document.getElementById('mode-button').dataset.mode === '{mode}'"
         ))
@@ -214,13 +207,7 @@ async fn subtasks_show_nested_cards_and_a_reload_shows_the_same_tree() {
     b.client.refresh().await.unwrap();
     b.wait("document.getElementById('connection').classList.contains('up')")
         .await;
-    b.client
-        .find(Locator::Css("#threads li"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#threads li").await;
     b.wait(&format!("{ANSWER} === 'A and B differ.'")).await;
     b.wait("document.querySelectorAll('.tool-card').length === 3")
         .await;
@@ -248,13 +235,7 @@ async fn an_allowed_approval_writes_the_file() {
         json!(1)
     );
     b.shot("approval-card").await;
-    b.client
-        .find(Locator::Css(".approval button[data-decision='allow']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".approval button[data-decision='allow']").await;
     b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'done'")
         .await;
     b.wait(&format!("{ANSWER} === 'done writing'")).await;
@@ -280,13 +261,7 @@ async fn a_denial_shows_as_an_error_card() {
     b.say("write my notes").await;
     b.wait("document.querySelector('.approval button[data-decision=deny]')")
         .await;
-    b.client
-        .find(Locator::Css(".approval button[data-decision='deny']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".approval button[data-decision='deny']").await;
     b.wait(
         "document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'error'",
     )
@@ -323,13 +298,7 @@ async fn switching_the_mode_changes_what_the_next_write_does() {
     assert!(!server.workspace.join("notes.md").exists());
     b.shot("plan-mode-refusal").await;
 
-    b.client
-        .find(Locator::Css("#new-thread"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#new-thread").await;
     b.pick_mode("auto").await;
     b.say("write in auto mode").await;
     b.wait("document.querySelector('.tool-card[data-name=write_file]')?.dataset.status === 'done'")
@@ -375,22 +344,10 @@ async fn several_pending_approvals_queue_one_card_at_a_time() {
         json!(1)
     );
     b.shot("queued-approvals").await;
-    b.client
-        .find(Locator::Css(".approval button[data-decision='allow']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".approval button[data-decision='allow']").await;
     b.wait("document.querySelector('.approval') && !document.querySelector('.approval .queued')")
         .await;
-    b.client
-        .find(Locator::Css(".approval button[data-decision='deny']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".approval button[data-decision='deny']").await;
     b.wait(&format!("{ANSWER} === 'both handled'")).await;
     let statuses = b.js("Array.from(document.querySelectorAll('.tool-card[data-name=write_file]')).map(c => c.dataset.status).sort()").await;
     assert_eq!(statuses, json!(["done", "error"]));
