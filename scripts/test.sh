@@ -29,3 +29,6 @@ fi
 # The whole suite against PostgreSQL, then the server and store suites again on embedded SQLite.
 WEFT_TEST_DB=postgres cargo test --workspace --locked "$@"
 WEFT_TEST_DB=sqlite cargo test --locked -p weft-server "$@"
+
+# A short fuzzing pass over frame decoding and argument handling (scripts/fuzz.sh runs longer).
+./scripts/fuzz.sh 100000

@@ -1,8 +1,8 @@
-// Weft's reference client: threads, composer, permission modes, streaming text, nested
-// tool-call cards, inline approvals, budget notices, cost, reload and resume.
+// Weft's reference client: threads, agents, composer, permission modes, streaming text, the
+// plan, nested tool-call cards, inline approvals, budget notices, cost, reload and resume.
 
 import { WeftSocket } from "./socket.js";
-import { el, userMessage, assistantMessage, toolCard, finishCard, notice, costLine, approvalCard } from "./render.js";
+import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 const MODES = { plan: "Plan", default: "Default", auto: "Auto" };
@@ -10,6 +10,8 @@ const MODES = { plan: "Plan", default: "Default", auto: "Auto" };
 const state = {
   threadId: null,        // the thread on screen (null: a new chat)
   mode: "default",       // the mode for the thread on screen
+  agent: "default",      // the agent for the thread on screen
+  execMode: "classic",   // the execution mode of the next message (classic, code)
   running: false,        // a turn of this thread is streaming
   lastSeq: {},           // thread id → last seq seen (for resume_chat)
   live: null,            // the assistant message being streamed
@@ -48,6 +50,32 @@ async function loadThreads() {
   return threads;
 }
 
+/// The agents the user may pick (the server's default first).
+async function loadAgents() {
+  const res = await fetch("/agents", { headers: headers() });
+  if (!res.ok) return;
+  const names = (await res.json()).map((a) => a.name);
+  const select = $("agent-select");
+  select.replaceChildren(...names.map((n) => el("option", { value: n, text: n })));
+  setAgent(names.includes(state.agent) ? state.agent : "default");
+}
+
+/// The execution modes the server offers.
+async function loadModes() {
+  const res = await fetch("/modes", { headers: headers() });
+  if (!res.ok) return;
+  const select = $("exec-mode");
+  select.replaceChildren(...(await res.json()).map((m) => el("option", { value: m.name, text: m.display_name })));
+  select.value = state.execMode;
+}
+
+function setAgent(name) {
+  state.agent = name;
+  const select = $("agent-select");
+  if (![...select.options].some((o) => o.value === name)) select.append(el("option", { value: name, text: name }));
+  select.value = name;
+}
+
 function resetView() {
   $("messages").replaceChildren();
   $("approvals").replaceChildren();
@@ -64,6 +92,7 @@ async function openThread(id) {
   const meta = threads.find((t) => t.id === id);
   $("thread-title").textContent = meta ? meta.title || "Untitled" : "Thread";
   setMode(meta ? meta.permission_mode : "default", false);
+  setAgent((meta && meta.agent) || "default");
   const res = await fetch(`/threads/${id}/messages`, { headers: headers() });
   if (!res.ok) return;
   for (const m of await res.json()) renderStored(m);
@@ -80,29 +109,52 @@ function newThread() {
   state.threadId = null;
   $("thread-title").textContent = "New chat";
   setMode("default", false);
+  setAgent("default");
   loadThreads();
   $("input").focus();
 }
 
-/// A persisted message, with its execution tree rebuilt as nested cards.
-function renderStored(m) {
+/// A persisted message, with its execution tree rebuilt as nested cards; appended to the
+/// page unless `append` is false. Returns its element.
+function renderStored(m, append = true) {
   const text = typeof m.content === "string" ? m.content : (m.content || []).filter((p) => p.type === "text").map((p) => p.text).join("\n");
-  if (m.role === "user") { $("messages").append(userMessage(text)); return; }
+  if (m.role === "user") { const u = userMessage(text); if (append) $("messages").append(u); return u; }
   const view = assistantMessage();
   view.text.textContent = text;
   view.root.dataset.id = m.id;
+  if (m.metadata && m.metadata.plan) view.root.prepend(planView("done", m.metadata.plan, false));
   for (const node of (m.execution_tree && m.execution_tree.nodes) || []) {
     const parent = node.parent_id ? state.cards.get(node.parent_id) : null;
     const depth = parent ? Number(parent.dataset.depth) + 1 : 0;
-    const card = toolCard({ id: node.id, name: node.name, title: node.title, args: node.args_preview, depth });
+    const card = toolCard({ id: node.id, name: node.name, title: node.title, args: shownArgs(node.name, node.args_preview), depth });
     finishCard(card, { result: node.result_preview, isError: node.is_error, durationMs: node.duration_ms });
     state.cards.set(node.id, card);
     (parent ? parent.querySelector(":scope > .body > .children") : view.tools).append(card);
   }
-  if (m.cost_usd !== undefined && m.input_tokens !== undefined) {
+  if (append && m.cost_usd !== undefined && m.input_tokens !== undefined) {
     view.root.append(el("div", { class: "cost", text: `${m.input_tokens} in / ${m.output_tokens} out tokens${m.cost_usd ? ` · $${m.cost_usd.toFixed(4)}` : ""}` }));
   }
-  $("messages").append(view.root);
+  addTraceButton(view.root, m.id);
+  if (append) $("messages").append(view.root);
+  return view.root;
+}
+
+/// A "Trace" toggle under an assistant message: everything the turn did, in order, with full
+/// results and subtasks nested.
+function addTraceButton(root, messageId) {
+  if (!messageId || !state.threadId || root.querySelector(":scope > .trace-toggle")) return;
+  const threadId = state.threadId;
+  const button = el("button", { type: "button", class: "trace-toggle", text: "Trace" });
+  const panel = el("div", { class: "trace-panel", hidden: "" });
+  button.onclick = async () => {
+    if (!panel.hidden) { panel.hidden = true; return; }
+    const res = await fetch(`/threads/${threadId}/messages/${messageId}/trace`, { headers: headers() });
+    if (!res.ok) { panel.replaceChildren(notice("error", `trace unavailable (${res.status})`)); panel.hidden = false; return; }
+    const body = await res.json();
+    panel.replaceChildren(traceView(body.trace));
+    panel.hidden = false;
+  };
+  root.append(button, panel);
 }
 
 // ---- live frames ----
@@ -129,6 +181,13 @@ function onFrame(f) {
       }
       break;
     case "tool_call_update": onToolUpdate(f); break;
+    case "planning_update": {
+      ensureLive();
+      const shown = state.live.root.querySelector(":scope > .plan");
+      const plan = planView(f.status, f.content || (shown ? shown.querySelector(".plan-text").textContent : ""), true);
+      if (shown) shown.replaceWith(plan); else state.live.root.prepend(plan);
+      break;
+    }
     case "tool_approval_request": {
       const card = state.cards.get(f.tool_call_id);
       if (card) { card.dataset.status = "asking"; card.querySelector(":scope > summary .badge").textContent = "awaiting approval"; }
@@ -144,7 +203,16 @@ function onFrame(f) {
       if (f.ends_turn !== false) $("messages").append(notice("budget", `Budget reached: ${f.reason.replace("_", " ")} (limit ${f.limit}, used ${f.observed}). The turn stopped; what it produced is kept.`));
       break;
     case "cost_summary": ensureLive(); state.live.root.append(costLine(f)); break;
-    case "message": if (state.live) state.live.root.dataset.id = f.message.id; break;
+    case "message": {
+      // The stored message is the truth: it replaces what streamed (frames missed while
+      // disconnected included).
+      const cost = state.live && state.live.root.querySelector(":scope > .cost");
+      const stored = renderStored(f.message, false);
+      if (state.live) { state.live.root.replaceWith(stored); if (cost) stored.append(cost); }
+      else $("messages").append(stored);
+      state.live = { root: stored, text: stored.querySelector(".text"), tools: stored.querySelector(".tools") };
+      break;
+    }
     case "error": $("messages").append(notice("error", `${f.code}: ${f.message}`)); break;
   }
   scrollDown();
@@ -158,7 +226,7 @@ function onToolUpdate(f) {
   ensureLive();
   if (f.status === "start") {
     if (state.cards.has(f.tool_call_id)) return;
-    const card = toolCard({ id: f.tool_call_id, name: f.name, title: f.args && f.name === "run_subtask" ? f.args.title : undefined, args: f.args, depth: f.depth || 0 });
+    const card = toolCard({ id: f.tool_call_id, name: f.name, title: f.args && f.name === "run_subtask" ? f.args.title : undefined, args: shownArgs(f.name, f.args), depth: f.depth || 0 });
     state.cards.set(f.tool_call_id, card);
     const parent = f.parent_id ? state.cards.get(f.parent_id) : null;
     (parent ? parent.querySelector(":scope > .body > .children") : state.live.tools).append(card);
@@ -166,6 +234,13 @@ function onToolUpdate(f) {
     const card = state.cards.get(f.tool_call_id);
     if (card) finishCard(card, { result: f.result, isError: f.is_error, durationMs: f.metadata && f.metadata.execution_time_ms });
   }
+}
+
+/// A code run shows its code; other calls their arguments (an object, or stored JSON text).
+function shownArgs(name, args) {
+  if (name !== "code.execute" || !args) return args;
+  if (typeof args === "object") return args.code;
+  try { return JSON.parse(args).code; } catch { return args; }
 }
 
 function finishTurn() {
@@ -178,6 +253,13 @@ function finishTurn() {
 
 function renderApprovals() {
   const [first, ...rest] = state.approvals;
+  const shown = $("approvals").firstElementChild;
+  if (first && shown && shown.dataset.id === first.tool_call_id) {
+    // The same request stays on screen (no flicker, buttons stay put); only the count changes.
+    shown.querySelector(".queued")?.remove();
+    if (rest.length) shown.querySelector(".actions").append(el("span", { class: "queued", text: `+${rest.length} more pending` }));
+    return;
+  }
   $("approvals").replaceChildren(...(first ? [approvalCard(first, rest.length, decide)] : []));
 }
 
@@ -218,7 +300,7 @@ function send(e) {
   const text = $("input").value.trim();
   if (!text || state.running) return;
   $("messages").append(userMessage(text));
-  const data = { content: text, permission_mode: state.mode };
+  const data = { content: text, permission_mode: state.mode, agent: state.agent, mode: state.execMode };
   if (state.threadId) data.thread_id = state.threadId;
   socket.send({ command: "chat_message", request_id: crypto.randomUUID ? crypto.randomUUID() : String(Date.now()), data });
   $("input").value = "";
@@ -231,6 +313,8 @@ function scrollDown() { const m = $("messages"); m.scrollTop = m.scrollHeight; }
 $("composer").addEventListener("submit", send);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) send(e); });
 $("new-thread").onclick = newThread;
+$("agent-select").onchange = (e) => { state.agent = e.target.value; };
+$("exec-mode").onchange = (e) => { state.execMode = e.target.value; };
 $("mode-button").onclick = () => {
   const menu = $("mode-menu");
   menu.hidden = !menu.hidden;
@@ -241,5 +325,7 @@ for (const li of $("mode-menu").children) {
 }
 setMode("default", false);
 loadThreads();
+loadAgents();
+loadModes();
 fetch("/healthz").then((r) => r.json()).then((h) => { $("demo-banner").hidden = !h.demo; }).catch(() => {});
 window.weft = { state, socket, openThread };

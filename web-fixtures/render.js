@@ -30,6 +30,16 @@ export function assistantMessage() {
   return { root, text, tools };
 }
 
+/// The planner's plan above an answer, collapsible: `started` (planning…), `done`, `failed`.
+export function planView(status, content, open) {
+  const label = { started: "planning…", done: "", failed: "planning failed" }[status] ?? status;
+  const view = el("details", { class: "plan", "data-status": status },
+    el("summary", {}, el("span", { text: "Plan" }), label ? el("span", { class: "badge", text: label }) : null),
+    el("pre", { class: "plan-text", text: content || "" }));
+  view.open = open;
+  return view;
+}
+
 /// A tool-call card; depth-0 cards start open, deeper ones collapsed.
 export function toolCard({ id, name, title, args, depth }) {
   const card = el("details", { class: "tool-card", "data-id": id, "data-name": name, "data-status": "running", "data-depth": depth });
@@ -79,4 +89,33 @@ export function approvalCard(request, queued, onDecision) {
     el("div", { class: "what", text: `The agent wants to run ${request.name} (${request.category}).` }),
     el("pre", { text: pretty(request.args) }),
     el("div", { class: "actions" }, ...buttons, queued > 0 ? el("span", { class: "queued", text: `+${queued} more pending` }) : null));
+}
+
+/// A turn's trace: each response with its calls, each full result, subtasks nested under the
+/// call that ran them.
+export function traceView(entries) {
+  const list = el("ol", { class: "trace" });
+  for (const e of entries) {
+    if (e.kind === "assistant") {
+      const calls = (e.tool_calls || []).map((c) => el("li", { class: "trace-call" },
+        el("span", { class: "name", text: c.name }), el("pre", { text: pretty(c.arguments) })));
+      list.append(el("li", { class: "trace-assistant", "data-kind": "assistant" },
+        el("div", { class: "label", text: e.partial ? "assistant (cut short)" : "assistant" }),
+        e.text ? el("div", { class: "text", text: e.text }) : null,
+        calls.length ? el("ul", { class: "trace-calls" }, ...calls) : null));
+    } else if (e.kind === "tool_result") {
+      list.append(el("li", { class: `trace-result${e.is_error ? " error" : ""}`, "data-kind": "tool_result" },
+        el("div", { class: "label", text: `${e.name} ${e.is_error ? "failed" : "returned"}` }),
+        el("pre", { class: "result", text: e.result })));
+    } else if (e.kind === "summary") {
+      list.append(el("li", { class: "trace-summary", "data-kind": "summary" },
+        el("div", { class: "label", text: `earlier conversation compacted (kept the last ${e.kept_messages} messages)` }),
+        el("div", { class: "text", text: e.summary })));
+    } else if (e.kind === "subtask") {
+      const inner = el("details", { class: "trace-subtask", "data-kind": "subtask", open: "" },
+        el("summary", { text: "subtask" }), traceView(e.trace || []));
+      list.append(el("li", {}, inner));
+    }
+  }
+  return list;
 }

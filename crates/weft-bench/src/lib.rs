@@ -1,4 +1,7 @@
-//! Shared pieces of Weft's benchmark binaries: process memory readings and medians.
+//! Shared pieces of Weft's benchmark binaries: the server as a child process, process
+//! memory and CPU readings, medians.
+
+pub mod server;
 
 /// Peak and current resident set size of this process, in KiB (from /proc/self/status).
 pub fn rss_kib() -> (u64, u64) {
@@ -17,6 +20,26 @@ pub fn rss_kib_of(pid: &str) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// CPU time (user + system) process `pid` ("self" for this one) has used, in seconds.
+pub fn cpu_seconds_of(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) as f64 / per_second
 }
 
 /// The median of a non-empty list (the lower middle for an even count).

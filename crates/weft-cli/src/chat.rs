@@ -14,7 +14,9 @@ pub struct ChatOptions {
     pub url: String,
     pub api_key: Option<String>,
     pub thread: Option<String>,
+    /// Execution mode (`classic`, `code`).
     pub mode: Option<String>,
+    pub permission_mode: Option<String>,
     pub message: Option<String>,
 }
 
@@ -56,8 +58,11 @@ pub async fn run(options: ChatOptions) -> anyhow::Result<()> {
         if let Some(id) = &thread {
             data["thread_id"] = json!(id);
         }
-        if let Some(mode) = &options.mode {
+        if let Some(mode) = &options.permission_mode {
             data["permission_mode"] = json!(mode);
+        }
+        if let Some(mode) = &options.mode {
+            data["mode"] = json!(mode);
         }
         ws.send(Message::Text(
             json!({"command": "chat_message", "data": data})

@@ -4,7 +4,9 @@
 mod chat;
 
 /// mimalloc: less memory per small allocation and faster than the system allocator for a
-/// server that holds thousands of small turns and connections.
+/// server that holds thousands of small turns and connections. (The `system-alloc` feature
+/// leaves the system allocator in place, for heap profilers that hook malloc.)
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -49,9 +51,13 @@ enum Command {
         /// Continue this thread.
         #[arg(long)]
         thread: Option<String>,
+        /// Execution mode: `classic` (tool calls) or `code` (the model writes JavaScript).
+        /// `plan`, `default` and `auto` are read as --permission-mode (the old spelling).
+        #[arg(long)]
+        mode: Option<String>,
         /// Permission mode for this chat.
         #[arg(long, value_parser = ["plan", "default", "auto"])]
-        mode: Option<String>,
+        permission_mode: Option<String>,
         /// Deprecated: the agent decides for itself now; accepted and ignored.
         #[arg(long, hide = true)]
         agent: bool,
@@ -82,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
             api_key,
             thread,
             mode,
+            permission_mode,
             agent,
             message,
         } => {
@@ -89,11 +96,18 @@ async fn main() -> anyhow::Result<()> {
                 eprintln!("warning: --agent is deprecated and has no effect: the agent decides for itself when to plan and delegate");
             }
             let message = (!message.is_empty()).then(|| message.join(" "));
+            let (mode, permission_mode) = match mode {
+                Some(m) if matches!(m.as_str(), "plan" | "default" | "auto") => {
+                    (None, permission_mode.or(Some(m)))
+                }
+                other => (other, permission_mode),
+            };
             chat::run(chat::ChatOptions {
                 url,
                 api_key,
                 thread,
                 mode,
+                permission_mode,
                 message,
             })
             .await
@@ -114,7 +128,7 @@ async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Re
     if let Some(bind) = bind {
         config.server.bind = bind;
     }
-    let store = Store::connect(&config.database.url)
+    let store = Store::connect_with(&config.database.url, config.sqlite_sync())
         .await
         .with_context(|| format!("cannot open the database {}", redact(&config.database.url)))?;
     store.migrate().await.context("cannot apply migrations")?;

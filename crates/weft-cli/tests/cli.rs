@@ -28,6 +28,7 @@ fn start_server() -> Server {
     std::fs::write(
         &script,
         r#"{"conversations": [
+            {"match": "count", "steps": [{"text": "```js\nconst keys = await tools.memory_list({});\noutput(`keys: ${keys.length}`);\ndone();\n```"}]},
             {"match": "draft", "steps": [{"tool_calls": [{"name": "memory_write", "arguments": {"key": "d", "value": "v"}}]}, {"text": "drafted"}]},
             {"match": "notes", "steps": [
                 {"chunks": ["Writing ", "notes. "], "tool_calls": [
@@ -110,7 +111,7 @@ fn chat_streams_draws_the_tree_and_asks_inline_then_sigterm_stops_cleanly() {
     );
     assert!(stdout.contains("All done."), "{stdout}");
     assert_eq!(
-        std::fs::read_to_string(server.workspace.join("notes.md")).unwrap(),
+        std::fs::read_to_string(server.workspace.join("local").join("notes.md")).unwrap(),
         "from the terminal"
     );
 
@@ -142,7 +143,7 @@ fn chat_streams_draws_the_tree_and_asks_inline_then_sigterm_stops_cleanly() {
 }
 
 #[test]
-fn chat_in_plan_mode_never_writes() {
+fn chat_in_code_mode_runs_the_models_code() {
     let server = start_server();
     let out = Command::new(WEFT)
         .args([
@@ -150,6 +151,27 @@ fn chat_in_plan_mode_never_writes() {
             "--url",
             &server.url,
             "--mode",
+            "code",
+            "count my keys",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("├─ code.execute …"), "{stdout}");
+    assert!(stdout.contains("  └─ memory_list ✓ []"), "{stdout}");
+    assert!(stdout.contains("keys: 0"), "{stdout}");
+}
+
+#[test]
+fn chat_in_plan_mode_never_writes() {
+    let server = start_server();
+    let out = Command::new(WEFT)
+        .args([
+            "chat",
+            "--url",
+            &server.url,
+            "--permission-mode",
             "plan",
             "write my notes",
         ])

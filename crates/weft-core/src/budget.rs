@@ -51,7 +51,8 @@ pub struct TurnBudget {
     max_tool_calls: u64,
     max_subtasks: u64,
     max_result_bytes: u64,
-    max_tokens: Option<u64>,
+    max_turn_tokens: Option<u64>,
+    max_output_bytes: u64,
     max_cost_usd: Option<f64>,
     llm_calls: AtomicU64,
     tool_calls: AtomicU64,
@@ -59,6 +60,7 @@ pub struct TurnBudget {
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
     result_bytes: AtomicU64,
+    output_bytes: AtomicU64,
     cost_nano_usd: AtomicU64,
 }
 
@@ -83,7 +85,8 @@ impl TurnBudget {
             max_tool_calls: config.max_total_tool_calls,
             max_subtasks: config.max_total_subtasks,
             max_result_bytes: config.max_total_result_bytes,
-            max_tokens: config.max_tokens,
+            max_turn_tokens: config.max_turn_tokens,
+            max_output_bytes: config.max_output_bytes,
             max_cost_usd: config.max_cost_usd,
             llm_calls: AtomicU64::new(0),
             tool_calls: AtomicU64::new(0),
@@ -91,6 +94,7 @@ impl TurnBudget {
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             result_bytes: AtomicU64::new(0),
+            output_bytes: AtomicU64::new(0),
             cost_nano_usd: AtomicU64::new(0),
         }
     }
@@ -145,7 +149,7 @@ impl TurnBudget {
     /// Tokens and cost spent so far against their (optional) caps.
     pub fn check_spend(&self) -> Result<(), BudgetTrip> {
         let totals = self.totals();
-        if let Some(max) = self.max_tokens {
+        if let Some(max) = self.max_turn_tokens {
             let used = totals.input_tokens + totals.output_tokens;
             if used > max {
                 return Err(trip(BudgetReason::Tokens, lossy(max), lossy(used)));
@@ -181,6 +185,26 @@ impl TurnBudget {
             ));
         }
         Ok(())
+    }
+
+    /// Charge `bytes` the model streamed; `Err` carries how many of them still fit (the
+    /// stream stops there) and the trip.
+    pub fn take_output_bytes(&self, bytes: usize) -> Result<(), (usize, BudgetTrip)> {
+        let bytes = bytes as u64;
+        let before = self.output_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let after = before + bytes;
+        if after <= self.max_output_bytes {
+            return Ok(());
+        }
+        let fits = self.max_output_bytes.saturating_sub(before) as usize;
+        Err((
+            fits,
+            trip(
+                BudgetReason::Bytes,
+                lossy(self.max_output_bytes),
+                lossy(after),
+            ),
+        ))
     }
 
     pub fn totals(&self) -> UsageTotals {

@@ -14,15 +14,17 @@ use weft_protocol::{
     ToolResultMetadata, ToolResultStatus,
 };
 
+use crate::calls::Nested;
 use crate::gate::GateDecision;
-use crate::message::ToolCallRequest;
+use crate::parallel;
 use crate::prompts;
+use crate::record::{Call, RecordedResult};
 use crate::repetition::RepetitionGuard;
 use crate::run_loop::Level;
 use crate::subtask;
 use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
-use crate::truncate::truncate_result;
+use crate::truncate::{cut_with_marker, truncate_result};
 use crate::turn::Turn;
 use crate::validate::{parse_arguments, prepare_args};
 
@@ -40,12 +42,28 @@ pub(crate) enum Effect {
 
 /// The result of one tool call, as it goes back to the model.
 pub(crate) struct CallResult {
-    pub id: String,
+    pub wire_id: String,
+    /// The call's id in history.
+    pub call_id: String,
     pub name: String,
     pub content: String,
     pub is_error: bool,
     pub status: ToolResultStatus,
     pub effect: Effect,
+    pub metadata: ToolResultMetadata,
+}
+
+impl CallResult {
+    pub fn recorded(&self) -> RecordedResult {
+        RecordedResult {
+            id: self.wire_id.clone(),
+            call_id: self.call_id.clone(),
+            name: self.name.clone(),
+            content: self.content.clone(),
+            is_error: self.is_error,
+            metadata: self.metadata.clone(),
+        }
+    }
 }
 
 enum Action {
@@ -53,6 +71,7 @@ enum Action {
     Refuse(String),
     Finish(Result<Value, String>),
     Subtask(Value),
+    Parallel(Value),
     Tool {
         entry: Arc<ToolEntry>,
         args: Value,
@@ -60,7 +79,7 @@ enum Action {
 }
 
 struct Planned<'a> {
-    call: &'a ToolCallRequest,
+    call: &'a Call,
     /// Arguments as shown on the card (parsed when possible, else the raw text).
     shown_args: Value,
     injected: Map<String, Value>,
@@ -71,20 +90,23 @@ impl Planned<'_> {
     fn runs_concurrently(&self) -> bool {
         match &self.action {
             Action::Tool { entry, .. } => entry.tool.parallel_safe(),
-            Action::Subtask(_) => true,
+            Action::Subtask(_) | Action::Parallel(_) => true,
             Action::Refuse(_) | Action::Finish(_) => true,
         }
     }
 
     fn does_work(&self) -> bool {
-        matches!(self.action, Action::Tool { .. } | Action::Subtask(_))
+        matches!(
+            self.action,
+            Action::Tool { .. } | Action::Subtask(_) | Action::Parallel(_)
+        )
     }
 }
 
 pub(crate) async fn dispatch(
     turn: &Arc<Turn>,
     level: &Level,
-    calls: &[ToolCallRequest],
+    calls: &[Call],
     guard: &mut RepetitionGuard,
 ) -> Vec<CallResult> {
     let planned: Vec<Planned<'_>> = calls
@@ -123,16 +145,28 @@ pub(crate) async fn dispatch(
     results.into_iter().flatten().collect()
 }
 
+/// One call on its own (a call made from code): preflight under the level's guard, then run.
+pub(crate) async fn dispatch_one(
+    turn: &Arc<Turn>,
+    level: &Level,
+    call: &Call,
+    guard: &parking_lot::Mutex<RepetitionGuard>,
+) -> CallResult {
+    let planned = preflight(turn, level, call, &mut guard.lock());
+    execute(turn, level, &planned).await
+}
+
 fn preflight<'a>(
     turn: &Turn,
     level: &Level,
-    call: &'a ToolCallRequest,
+    call: &'a Call,
     guard: &mut RepetitionGuard,
 ) -> Planned<'a> {
-    let parsed = parse_arguments(&call.arguments);
+    let request = &call.request;
+    let parsed = parse_arguments(&request.arguments);
     let shown_args = match &parsed {
         Ok(map) => Value::Object(map.clone()),
-        Err(_) => Value::String(call.arguments.clone()),
+        Err(_) => Value::String(request.arguments.clone()),
     };
     let planned = |action, injected| Planned {
         call,
@@ -140,7 +174,7 @@ fn preflight<'a>(
         injected,
         action,
     };
-    let name = call.name.as_str();
+    let name = request.name.as_str();
 
     if name == prompts::FINISH_SUBTASK {
         if let Some(schema) = &level.output_schema {
@@ -160,7 +194,8 @@ fn preflight<'a>(
             return planned(Action::Finish(verdict), Map::new());
         }
     }
-    if name == prompts::RUN_SUBTASK && level.depth >= turn.config.max_depth {
+    let delegates = name == prompts::RUN_SUBTASK || name == prompts::RUN_PARALLEL_SUBAGENTS;
+    if delegates && level.depth >= turn.config.max_depth {
         let trip = crate::budget::BudgetTrip {
             reason: weft_protocol::BudgetReason::Depth,
             limit: f64::from(turn.config.max_depth),
@@ -183,7 +218,7 @@ fn preflight<'a>(
         );
     };
     let prepared = match prepare_args(
-        &call.arguments,
+        &request.arguments,
         &entry.schema,
         entry.validator.as_ref(),
         turn.config.arg_validation,
@@ -203,13 +238,13 @@ fn preflight<'a>(
             prepared.injected,
         );
     }
-    let action = if name == prompts::RUN_SUBTASK {
-        Action::Subtask(prepared.args)
-    } else {
-        Action::Tool {
+    let action = match name {
+        prompts::RUN_SUBTASK => Action::Subtask(prepared.args),
+        prompts::RUN_PARALLEL_SUBAGENTS => Action::Parallel(prepared.args),
+        _ => Action::Tool {
             entry: entry.clone(),
             args: prepared.args,
-        }
+        },
     };
     planned(action, prepared.injected)
 }
@@ -249,22 +284,28 @@ impl Settled {
 
 async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> CallResult {
     let call = planned.call;
+    let name = &call.request.name;
     let started_at = unix_now();
     let started = Instant::now();
-    turn.events.emit(ServerEvent::ToolCallUpdate {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        status: ToolCallStatus::Start,
-        args: Some(planned.shown_args.clone()),
-        result: None,
-        is_error: None,
-        parent_id: level.parent_id.clone(),
-        depth: level.depth,
-        metadata: None,
-    });
+    if !level.quiet {
+        turn.events.emit(ServerEvent::ToolCallUpdate {
+            tool_call_id: call.wire_id.clone(),
+            name: name.clone(),
+            status: ToolCallStatus::Start,
+            args: Some(planned.shown_args.clone()),
+            result: None,
+            is_error: None,
+            parent_id: level.parent_id.clone(),
+            depth: level.depth,
+            metadata: None,
+        });
+    }
 
+    // Every call the model emits counts, refused ones included.
     let settled = if turn.is_stopped() {
         Settled::error(prompts::STOPPED_RESULT.to_owned())
+    } else if let Some(stop) = take_tool_call(turn) {
+        stop
     } else {
         match &planned.action {
             Action::Refuse(message) => Settled::error(message.clone()),
@@ -276,18 +317,21 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
                 effect: Effect::SchemaInvalid(detail.clone()),
                 ..Settled::error(prompts::schema_invalid(detail))
             },
-            Action::Subtask(args) => match take_tool_call(turn) {
-                Some(stop) => stop,
-                None => match subtask::run(turn, level, &call.id, args).await {
-                    Ok(text) => Settled::ok(text),
-                    Err(text) => Settled::error(text),
-                },
+            Action::Subtask(args) => match subtask::run(turn, level, call, args).await {
+                Ok(text) => Settled::ok(text),
+                Err(text) => Settled::error(text),
             },
-            Action::Tool { entry, args } => run_gated(turn, level, call, entry, args.clone()).await,
+            Action::Parallel(args) => match parallel::run(turn, level, call, args).await {
+                Ok(text) => Settled::ok(text),
+                Err(text) => Settled::error(text),
+            },
+            Action::Tool { entry, args } => {
+                run_gated(turn, level, call, entry, args.clone(), &planned.injected).await
+            }
         }
     };
 
-    let content = truncate_result(settled.content, turn.config.tool_result_max_bytes);
+    let (content, offloaded) = fit_result(turn, call, settled.content).await;
     if let Err(trip) = turn.budget.record_result_bytes(content.len()) {
         turn.trip(trip);
     }
@@ -298,28 +342,58 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
         completed_at: unix_now(),
         execution_time_ms: started.elapsed().as_secs_f64() * 1000.0,
         approval_status: settled.approval,
-        approval_id: (settled.approval != ApprovalStatus::NotRequired).then(|| call.id.clone()),
+        approval_id: (settled.approval != ApprovalStatus::NotRequired)
+            .then(|| call.wire_id.clone()),
         injected_args: planned.injected.clone(),
-        offloaded_artifact_id: None,
+        offloaded_artifact_id: offloaded,
     };
-    turn.events.emit(ServerEvent::ToolCallUpdate {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        status: ToolCallStatus::End,
-        args: None,
-        result: Some(content.clone()),
-        is_error: Some(is_error),
-        parent_id: level.parent_id.clone(),
-        depth: level.depth,
-        metadata: Some(Box::new(metadata)),
-    });
+    if !level.quiet {
+        turn.events.emit(ServerEvent::ToolCallUpdate {
+            tool_call_id: call.wire_id.clone(),
+            name: name.clone(),
+            status: ToolCallStatus::End,
+            args: None,
+            result: Some(content.clone()),
+            is_error: Some(is_error),
+            parent_id: level.parent_id.clone(),
+            depth: level.depth,
+            metadata: Some(Box::new(metadata.clone())),
+        });
+    }
     CallResult {
-        id: call.id.clone(),
-        name: call.name.clone(),
+        wire_id: call.wire_id.clone(),
+        call_id: call.request.id.clone(),
+        name: name.clone(),
         content,
         is_error,
         status: settled.status,
         effect: settled.effect,
+        metadata,
+    }
+}
+
+/// Cut a result to `tool_result_max_bytes`; a longer one is first kept whole as an
+/// artifact (when the turn has somewhere to keep it), and its marker says how to read it.
+async fn fit_result(turn: &Turn, call: &Call, content: String) -> (String, Option<String>) {
+    let max = turn.config.tool_result_max_bytes;
+    if content.len() <= max {
+        return (content, None);
+    }
+    let Some(artifacts) = &turn.artifacts else {
+        return (truncate_result(content, max), None);
+    };
+    match artifacts
+        .offload(&turn.user_id, &call.wire_id, &content)
+        .await
+    {
+        Ok(id) => {
+            let marker = prompts::offloaded_marker(content.len(), &id);
+            (cut_with_marker(content, max, &marker), Some(id))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot keep a large tool result");
+            (truncate_result(content, max), None)
+        }
     }
 }
 
@@ -338,9 +412,10 @@ fn take_tool_call(turn: &Turn) -> Option<Settled> {
 async fn run_gated(
     turn: &Arc<Turn>,
     level: &Level,
-    call: &ToolCallRequest,
+    call: &Call,
     entry: &ToolEntry,
     args: Value,
+    injected: &Map<String, Value>,
 ) -> Settled {
     let tool = &entry.tool;
     let hitl = turn.hitl.contains(tool.name());
@@ -352,14 +427,17 @@ async fn run_gated(
                 ..Settled::error(prompts::plan_mode_refusal(tool.name()))
             }
         }
-        GateDecision::Ask => match ask(turn, level, call, entry, &args, hitl).await {
+        GateDecision::Ask if level.quiet => {
+            return Settled {
+                status: ToolResultStatus::Rejected,
+                ..Settled::error(prompts::planner_cannot_ask(tool.name()))
+            }
+        }
+        GateDecision::Ask => match ask(turn, level, call, entry, &args, injected, hitl).await {
             Ok(approval) => approval,
             Err(settled) => return settled,
         },
     };
-    if let Some(stop) = take_tool_call(turn) {
-        return stop.with_approval(approval);
-    }
     run_tool(turn, level, call, entry, args)
         .await
         .with_approval(approval)
@@ -369,19 +447,22 @@ async fn run_gated(
 async fn ask(
     turn: &Turn,
     level: &Level,
-    call: &ToolCallRequest,
+    call: &Call,
     entry: &ToolEntry,
     args: &Value,
+    injected: &Map<String, Value>,
     hitl: bool,
 ) -> Result<ApprovalStatus, Settled> {
     let name = entry.tool.name();
+    let id = &call.wire_id;
     // Register before announcing, so an instant answer finds its waiter.
-    let reply = turn.gate.request(&call.id, name, hitl);
+    let reply = turn.gate.request(id, name, hitl);
     turn.events.emit(ServerEvent::ToolApprovalRequest {
-        tool_call_id: call.id.clone(),
+        tool_call_id: id.clone(),
         name: name.to_owned(),
         args: args.clone(),
         category: entry.tool.category(),
+        injected_args: injected.clone(),
         parent_id: level.parent_id.clone(),
         depth: level.depth,
     });
@@ -397,19 +478,19 @@ async fn ask(
     };
     let resolved = |decision: &str| {
         turn.events.emit(ServerEvent::ToolApprovalResolved {
-            tool_call_id: call.id.clone(),
+            tool_call_id: id.clone(),
             decision: decision.to_owned(),
         });
     };
     match waited {
         None => {
-            turn.gate.withdraw(&call.id);
+            turn.gate.withdraw(id);
             resolved("cancelled");
             Err(Settled::error(prompts::CANCELLED_RESULT.to_owned())
                 .with_approval(ApprovalStatus::Rejected))
         }
         Some(None) => {
-            turn.gate.withdraw(&call.id);
+            turn.gate.withdraw(id);
             resolved("timed_out");
             Err(Settled {
                 status: ToolResultStatus::TimedOut,
@@ -445,9 +526,9 @@ async fn sleep_or_forever(timeout: Option<std::time::Duration>) {
 
 /// Run the tool under its exclusive lock (if any), racing cancellation; panics become errors.
 async fn run_tool(
-    turn: &Turn,
+    turn: &Arc<Turn>,
     level: &Level,
-    call: &ToolCallRequest,
+    call: &Call,
     entry: &ToolEntry,
     args: Value,
 ) -> Settled {
@@ -464,15 +545,28 @@ async fn run_tool(
         None => None,
     };
     let ctx = ToolContext {
-        tool_call_id: call.id.clone(),
+        tool_call_id: call.wire_id.clone(),
         parent_id: level.parent_id.clone(),
         depth: level.depth,
+        user_id: turn.user_id.clone(),
         workspace_root: turn.workspace_root.clone(),
+        result_max_bytes: turn.config.tool_result_max_bytes,
         cancel: turn.cancel.clone(),
         events: turn.events.clone(),
         memory: turn.memory.clone(),
+        emit_progress: turn.config.emit_mcp_progress && !level.quiet,
+        nested: Some(Nested::new(
+            turn,
+            &call.wire_id,
+            level.depth + 1,
+            &level.toolbelt,
+        )),
     };
     let running = AssertUnwindSafe(tool.call(args, &ctx)).catch_unwind();
+    let limit = turn
+        .config
+        .tool_timeout_ms
+        .map(std::time::Duration::from_millis);
     // The tool is polled first; cancellation only registers a waiter while it is pending.
     tokio::select! {
         biased;
@@ -483,6 +577,10 @@ async fn run_tool(
             Err(_panic) => Settled::error(prompts::tool_panicked(tool.name())),
         },
         () = turn.cancel.cancelled() => Settled::error(prompts::CANCELLED_RESULT.to_owned()),
+        () = sleep_or_forever(limit) => Settled {
+            status: ToolResultStatus::TimedOut,
+            ..Settled::error(prompts::tool_timed_out(tool.name(), limit.unwrap_or_default()))
+        },
     }
 }
 

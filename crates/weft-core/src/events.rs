@@ -1,5 +1,6 @@
-//! `EventSink`: where a turn's events go; every event also feeds the execution-tree builder,
-//! so the persisted tree is built from exactly what the client saw.
+//! `EventSink`: where a turn's events go (a channel, or straight into a callback with no hop
+//! between tasks); every event also feeds the execution-tree builder, so the persisted tree
+//! is built from exactly what the client saw.
 
 use std::sync::Arc;
 
@@ -14,20 +15,34 @@ pub struct EventSink {
     inner: Arc<SinkInner>,
 }
 
+/// Receives every event as it is emitted; it must not block.
+pub type EventCallback = Box<dyn Fn(ServerEvent) + Send + Sync>;
+
+enum Listener {
+    Nobody,
+    Channel(mpsc::UnboundedSender<ServerEvent>),
+    Callback(EventCallback),
+}
+
 struct SinkInner {
-    tx: Option<mpsc::UnboundedSender<ServerEvent>>,
+    listener: Listener,
     tree: Mutex<TreeBuilder>,
 }
 
 impl EventSink {
     /// A sink that forwards every event to `tx`.
     pub fn new(tx: mpsc::UnboundedSender<ServerEvent>) -> Self {
-        Self::build(Some(tx))
+        Self::build(Listener::Channel(tx))
+    }
+
+    /// A sink that hands every event to `callback`, on the emitting task.
+    pub fn callback(callback: EventCallback) -> Self {
+        Self::build(Listener::Callback(callback))
     }
 
     /// A sink with no listener: events only feed the tree.
     pub fn detached() -> Self {
-        Self::build(None)
+        Self::build(Listener::Nobody)
     }
 
     /// A sink and the receiving end of its events.
@@ -36,10 +51,10 @@ impl EventSink {
         (Self::new(tx), rx)
     }
 
-    fn build(tx: Option<mpsc::UnboundedSender<ServerEvent>>) -> Self {
+    fn build(listener: Listener) -> Self {
         EventSink {
             inner: Arc::new(SinkInner {
-                tx,
+                listener,
                 tree: Mutex::new(TreeBuilder::default()),
             }),
         }
@@ -47,9 +62,13 @@ impl EventSink {
 
     pub fn emit(&self, event: ServerEvent) {
         self.inner.tree.lock().observe(&event);
-        if let Some(tx) = &self.inner.tx {
+        match &self.inner.listener {
+            Listener::Nobody => {}
             // A closed receiver means nobody listens any more; the turn goes on regardless.
-            let _ = tx.send(event);
+            Listener::Channel(tx) => {
+                let _ = tx.send(event);
+            }
+            Listener::Callback(callback) => callback(event),
         }
     }
 

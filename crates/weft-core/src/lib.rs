@@ -3,32 +3,46 @@
 //! Nothing here touches sockets or SQL; events leave through an [`EventSink`] and the caller
 //! persists what [`TurnOutcome`] hands back.
 
+pub mod artifacts;
 pub mod budget;
+pub mod calls;
+pub mod catalogue;
 pub mod cost;
 pub mod events;
 pub mod gate;
+pub mod hosted;
 pub mod memory;
 pub mod message;
 pub mod modes;
 pub mod prompts;
 pub mod provider;
+pub mod record;
+pub mod tokens;
 pub mod tool;
 pub mod toolbelt;
 pub mod truncate;
 pub mod turn;
 pub mod validate;
 
+mod awareness;
+mod compact;
 mod dispatch;
+mod parallel;
+mod planner;
 mod repetition;
 mod run_loop;
 mod sample;
 mod subtask;
 pub mod tree;
 
+pub use artifacts::Artifacts;
 pub use budget::{BudgetTrip, TurnBudget, UsageTotals};
+pub use calls::{CallSite, Nested};
+pub use catalogue::ContextWindows;
 pub use cost::{ModelRate, RateCard};
-pub use events::EventSink;
+pub use events::{EventCallback, EventSink};
 pub use gate::{decide, GateDecision, PermissionGate};
+pub use hosted::{HostedTurn, ModelError, OpenCall, ToolOutcome};
 pub use memory::AgentMemory;
 pub use message::{ChatMessage, Role, ToolCallRequest};
 pub use modes::{ClassicMode, ExecutionMode, ModeRegistry, UnknownMode};
@@ -36,7 +50,11 @@ pub use provider::{
     Capabilities, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
     ProviderStream, ToolSpec, Usage,
 };
+pub use record::{new_call_id, Call, NoRecord, Place, RecordedResult, Recorder};
+pub use tokens::{bytes_bound, TokenCounter};
 pub use tool::{Tool, ToolContext, ToolError};
-pub use toolbelt::{compose_toolbelt, RunSubtaskTool, ToolPolicy, Toolbelt};
+pub use toolbelt::{
+    compose_toolbelt, RunParallelSubagentsTool, RunSubtaskTool, ToolPolicy, Toolbelt,
+};
 pub use tree::{ToolCallRecord, TreeBuilder};
-pub use turn::{run_classic_turn, ModelCallRecord, TurnEnd, TurnOutcome, TurnSpec};
+pub use turn::{run_classic_turn, ModelCallRecord, PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};

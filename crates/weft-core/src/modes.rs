@@ -6,14 +6,23 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use weft_protocol::{AgentConfig, PermissionMode};
+
+use crate::prompts;
+use crate::toolbelt::Toolbelt;
 use crate::turn::{run_classic_turn, TurnOutcome, TurnSpec};
 
 #[async_trait]
 pub trait ExecutionMode: Send + Sync {
+    /// The id clients name it by (`chat_message.data.mode`).
     fn name(&self) -> &str;
-    /// A line for the system prompt describing how the model works in this mode.
-    fn prompt_hint(&self) -> Option<&str> {
-        None
+    /// How it reads in a mode picker.
+    fn display_name(&self) -> &str;
+    /// The most model rounds of a turn's top level; an agent's `max_steps` overrides it.
+    fn max_rounds(&self, config: &AgentConfig) -> u32;
+    /// The system prompt for a session with `tools`, before the agent's instructions.
+    fn system_prompt(&self, tools: &Toolbelt, mode: PermissionMode, can_delegate: bool) -> String {
+        prompts::root_system_prompt(&tools.names(), mode, can_delegate)
     }
     async fn run(&self, spec: TurnSpec) -> TurnOutcome;
 }
@@ -27,6 +36,15 @@ pub const CLASSIC: &str = "classic";
 impl ExecutionMode for ClassicMode {
     fn name(&self) -> &str {
         CLASSIC
+    }
+
+    fn display_name(&self) -> &str {
+        "Classic (text + tools)"
+    }
+
+    /// Classic keeps DESIGN's per-level limit (`max_iterations_per_level`, default 20).
+    fn max_rounds(&self, config: &AgentConfig) -> u32 {
+        config.iterations_per_level()
     }
 
     async fn run(&self, spec: TurnSpec) -> TurnOutcome {
@@ -78,5 +96,10 @@ impl ModeRegistry {
 
     pub fn names(&self) -> Vec<String> {
         self.modes.keys().cloned().collect()
+    }
+
+    /// Every registered mode, by name.
+    pub fn list(&self) -> Vec<Arc<dyn ExecutionMode>> {
+        self.modes.values().cloned().collect()
     }
 }

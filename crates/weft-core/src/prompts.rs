@@ -142,3 +142,139 @@ pub fn subtask_system_prompt(mode: PermissionMode, can_delegate: bool, structure
     prompt.push_str(mode_line(mode));
     prompt
 }
+
+/// A tool ran past `tool_timeout_ms`.
+pub fn tool_timed_out(name: &str, after: std::time::Duration) -> String {
+    format!(
+        "error: tool `{name}` did not finish within {} ms and was stopped",
+        after.as_millis()
+    )
+}
+
+// The planner pre-pass (seed 004).
+
+/// The planner's system prompt when the agent gives none.
+pub const PLANNER_PROMPT: &str = "You are the planning phase of an agent. Read the request and \
+return a short numbered execution plan (at most 8 steps) that the agent will follow next. You may \
+call read-only tools to look around first; do not try to carry out the plan or answer the request \
+yourself. Reply with the plan only.";
+
+/// How the planner's only user message begins (scripted tests match on it).
+pub const PLANNER_REQUEST: &str = "Plan this request";
+
+/// The planner's user message: the request and, for a thread with history, what came before.
+pub fn planner_request(request: &str, earlier: &str) -> String {
+    if earlier.is_empty() {
+        return format!("{PLANNER_REQUEST}:\n\n{request}");
+    }
+    format!("{PLANNER_REQUEST}:\n\n{request}\n\nThe conversation so far:\n\n{earlier}")
+}
+
+/// What the executor's system prompt gains from the planner.
+pub fn plan_section(plan: &str) -> String {
+    format!(
+        "\n\nA planning phase produced this plan for the current request. Follow it, adapting \
+as you learn more:\n{plan}"
+    )
+}
+
+pub fn planner_cannot_ask(tool: &str) -> String {
+    format!(
+        "refused: {tool} needs the user's approval, which the planning phase cannot ask for; \
+leave it to the plan"
+    )
+}
+
+// Budget awareness (seed 004).
+
+/// The advisory appended to every tool result and assistant message the model sees
+/// (`budget_awareness = "per-message"`).
+pub fn budget_advisory(
+    context_tokens: u64,
+    window: u64,
+    llm_calls_left: u64,
+    tool_calls_left: u64,
+    cost_usd: f64,
+) -> String {
+    let percent = context_tokens.saturating_mul(100) / window.max(1);
+    format!(
+        "\n\n[budget: context {context_tokens} of {window} tokens ({percent}%); \
+{llm_calls_left} model calls and {tool_calls_left} tool calls left; ${cost_usd:.4} spent]"
+    )
+}
+
+/// The system prompt of a compaction call.
+pub const COMPACT_PROMPT: &str = "You compress conversations. Summarize the transcript you are \
+given so that an agent can continue the work without it: the user's requests, decisions made, facts \
+and file contents learned (keep names, numbers and paths exact), and what is still open. Reply with \
+the summary only.";
+
+/// How a compaction call's user message begins (scripted tests match on it).
+pub const COMPACT_REQUEST: &str = "Summarize this earlier part of the conversation";
+
+pub fn compact_request(transcript: &str) -> String {
+    format!("{COMPACT_REQUEST}:\n\n{transcript}")
+}
+
+/// How a summary reads in history, in place of the messages it replaced.
+pub fn summary_message(summary: &str) -> String {
+    format!("[Summary of the earlier conversation, compacted to fit the context window]\n{summary}")
+}
+
+/// The deterministic answer when the prompt cannot be brought under the limit.
+pub fn context_limit_reached(limit_tokens: u64, observed_tokens: u64, window: u64) -> String {
+    format!(
+        "I have to stop here: this conversation needs about {observed_tokens} tokens of context, \
+over this agent's limit of {limit_tokens} tokens (of a {window}-token window), even after \
+compacting older messages. Start a new thread, or ask for less at once."
+    )
+}
+
+// Parallel sub-agents (seed 004).
+
+pub const RUN_PARALLEL_SUBAGENTS: &str = "run_parallel_subagents";
+
+pub const RUN_PARALLEL_SUBAGENTS_DESCRIPTION: &str = "Run several independent jobs at once, each \
+by its own sub-agent that sees only its task, its additional context and its tools. Returns one \
+entry per job: {\"job\", \"status\": \"success\", \"output\"} or {\"job\", \"status\": \"error\", \
+\"error\"}. Give a job an output_schema to get structured output.";
+
+pub fn too_many_jobs(got: usize, max: u32) -> String {
+    format!(
+        "error: run_parallel_subagents takes at most {max} jobs per call, got {got}; split the \
+work across calls or run fewer jobs"
+    )
+}
+
+pub const NO_JOBS: &str = "error: run_parallel_subagents needs at least one job";
+
+pub fn job_tools_unavailable(missing: &[String], available: &[&str]) -> String {
+    format!(
+        "tool_names must name tools a sub-agent may use; not available: {}. Available: {}",
+        missing.join(", "),
+        available.join(", ")
+    )
+}
+
+// Offloaded results.
+
+pub const READ_ARTIFACT: &str = "read_artifact";
+
+/// The marker ending a result cut to `tool_result_max_bytes` whose whole text was kept.
+pub fn offloaded_marker(full_bytes: usize, artifact_id: &str) -> String {
+    format!(
+        "[…truncated; full result {full_bytes} bytes, kept as artifact {artifact_id}: \
+call read_artifact with this id and an offset to read the rest]"
+    )
+}
+
+// Code mode (seed 003).
+
+/// The call each code run is shown and recorded as.
+pub const CODE_EXECUTE: &str = "code.execute";
+
+/// How a code run's result reads in history (as a user message: `code.execute` is no tool a
+/// provider knows).
+pub fn code_result_message(result: &str) -> String {
+    format!("[result of running that code]\n{result}")
+}

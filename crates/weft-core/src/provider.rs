@@ -42,6 +42,13 @@ pub struct ProviderRequest {
     pub system: Arc<str>,
     pub messages: Arc<Vec<ChatMessage>>,
     pub tools: Arc<[ToolSpec]>,
+    /// The most tokens the response may have; `None`: the provider's default.
+    pub max_tokens: Option<u64>,
+    /// Sampling temperature; `None`: the provider's default.
+    pub temperature: Option<f64>,
+    /// The JSON Schema the answer must be JSON of (structured output), where the provider
+    /// supports it; the prompt should say so too.
+    pub response_schema: Option<Arc<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

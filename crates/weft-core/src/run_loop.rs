@@ -6,15 +6,18 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
-use weft_protocol::{BudgetReason, ToolErrorMode, ToolResultStatus};
+use weft_protocol::{BudgetReason, ServerEvent, ToolErrorMode, ToolResultStatus};
 
+use crate::awareness;
 use crate::budget::BudgetTrip;
+use crate::compact::{self, Unfit};
 use crate::dispatch::{dispatch, Effect};
 use crate::message::ChatMessage;
 use crate::prompts;
 use crate::provider::ToolSpec;
+use crate::record::{identify, Place};
 use crate::repetition::RepetitionGuard;
-use crate::sample::{sample, SampleError};
+use crate::sample::{sample, Llm, SampleError};
 use crate::toolbelt::Toolbelt;
 use crate::turn::{Turn, TurnEnd, TurnSpec};
 
@@ -23,7 +26,7 @@ pub(crate) struct OutputSchema {
     pub validator: jsonschema::Validator,
 }
 
-/// One level of the recursion: its place in the tree, prompt and tools.
+/// One level of the recursion: its place in the tree, prompt, tools and model.
 pub(crate) struct Level {
     pub depth: u32,
     /// The `run_subtask` call this level runs under; `None` at the root.
@@ -32,28 +35,52 @@ pub(crate) struct Level {
     pub toolbelt: Toolbelt,
     pub specs: Arc<[ToolSpec]>,
     pub output_schema: Option<OutputSchema>,
+    pub llm: Llm,
+    /// A level nobody sees (the planner, a summarizer): no events, nothing recorded, and
+    /// tools that would need an approval are refused.
+    pub quiet: bool,
+    /// The JSON Schema answers must follow (structured output), if any.
+    pub response_schema: Option<Arc<Value>>,
 }
 
 impl Level {
-    pub fn root(turn: &Turn, spec: &TurnSpec) -> Self {
+    /// The executor's level at depth 0; its system prompt carries the plan, if any.
+    pub fn root(turn: &Turn, spec: &TurnSpec, plan: Option<&str>) -> Self {
         let toolbelt = if turn.config.max_depth == 0 {
-            spec.toolbelt.without(prompts::RUN_SUBTASK)
+            spec.toolbelt
+                .without(prompts::RUN_SUBTASK)
+                .without(prompts::RUN_PARALLEL_SUBAGENTS)
         } else {
             spec.toolbelt.clone()
         };
         let specs = toolbelt.specs(&turn.config.injected_tool_args);
+        let mut system = spec.system_prompt.clone();
+        if let Some(plan) = plan {
+            system.push_str(&prompts::plan_section(plan));
+        }
         Level {
             depth: 0,
             parent_id: None,
-            system: spec.system_prompt.as_str().into(),
+            system: system.into(),
             toolbelt,
             specs,
             output_schema: None,
+            llm: turn.llm.clone(),
+            quiet: false,
+            response_schema: None,
         }
     }
 
+    /// The executor's top level (its failures end the turn).
     pub fn is_root(&self) -> bool {
-        self.depth == 0
+        self.depth == 0 && !self.quiet
+    }
+
+    pub fn place(&self) -> Place<'_> {
+        Place {
+            parent_id: self.parent_id.as_deref(),
+            depth: self.depth,
+        }
     }
 }
 
@@ -107,14 +134,24 @@ async fn drive(
     let mut schema_failures = 0u32;
     let mut iterations = 0u32;
     loop {
+        if iterations > 0 {
+            // A provider and tools that never wait (cached answers, in-process tools) would
+            // otherwise run a whole turn in one poll, starving every other task on the worker.
+            tokio::task::yield_now().await;
+        }
         if turn.is_stopped() {
             return LevelEnd::Stopped;
         }
-        if iterations >= config.max_iterations_per_level {
+        if iterations >= config.iterations_per_level() {
             return iteration_limit(turn, level, iterations + 1);
         }
         iterations += 1;
 
+        match compact::fit(turn, level, history).await {
+            Ok(()) => {}
+            Err(Unfit::Stopped) => return LevelEnd::Stopped,
+            Err(Unfit::TooLarge(trip)) => return context_exceeded(turn, level, trip, all_text),
+        }
         let sampled = match sample(turn, level, history.clone(), all_text).await {
             Ok(sampled) => sampled,
             Err(SampleError::Stopped) => return LevelEnd::Stopped,
@@ -124,8 +161,24 @@ async fn drive(
             }
             Err(SampleError::Provider(message)) => return LevelEnd::Failed(message),
         };
-        let calls = sampled.tool_calls;
-        Arc::make_mut(history).push(ChatMessage::assistant(sampled.text.clone(), calls.clone()));
+        let taken = history
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()));
+        let calls = identify(sampled.tool_calls, taken);
+        if !level.quiet {
+            let recorded: Vec<_> = calls.iter().map(|c| c.recorded()).collect();
+            turn.recorder
+                .assistant(level.place(), &sampled.text, &recorded);
+        }
+        let advise = turn.context.per_message();
+        let mut surfaced = sampled.text.clone();
+        if advise {
+            surfaced.push_str(&awareness::advisory(turn, sampled.usage));
+        }
+        Arc::make_mut(history).push(ChatMessage::assistant(
+            surfaced,
+            calls.iter().map(|c| c.request.clone()).collect(),
+        ));
 
         if calls.is_empty() {
             if level.output_schema.is_some() && !turn.is_stopped() {
@@ -136,6 +189,10 @@ async fn drive(
         }
 
         let results = dispatch(turn, level, &calls, &mut guard).await;
+        if !level.quiet {
+            let record: Vec<_> = results.iter().map(|r| r.recorded()).collect();
+            turn.recorder.results(level.place(), &record);
+        }
         let mut finished = None;
         let mut abort = None;
         for result in &results {
@@ -157,11 +214,16 @@ async fn drive(
                 abort = Some(format!("tool `{}` failed: {}", result.name, result.content));
             }
         }
+        let advisory = advise.then(|| awareness::advisory(turn, sampled.usage));
         let history = Arc::make_mut(history);
         for result in results {
+            let mut content = result.content;
+            if let Some(advisory) = &advisory {
+                content.push_str(advisory);
+            }
             history.push(ChatMessage::tool_result(
-                result.id,
-                result.content,
+                result.call_id,
+                content,
                 result.is_error,
             ));
         }
@@ -177,7 +239,7 @@ async fn drive(
 
 /// At the root an iteration-limit trip ends the turn; in a subtask it is that subtask's error.
 fn iteration_limit(turn: &Turn, level: &Level, observed: u32) -> LevelEnd {
-    let max = turn.config.max_iterations_per_level;
+    let max = turn.config.iterations_per_level();
     let trip = BudgetTrip {
         reason: BudgetReason::Iterations,
         limit: f64::from(max),
@@ -187,7 +249,9 @@ fn iteration_limit(turn: &Turn, level: &Level, observed: u32) -> LevelEnd {
         turn.trip(trip);
         return LevelEnd::Stopped;
     }
-    turn.emit_budget_exceeded(&trip, false, level.parent_id.clone(), level.depth);
+    if !level.quiet {
+        turn.emit_budget_exceeded(&trip, false, level.parent_id.clone(), level.depth);
+    }
     if level.output_schema.is_some() {
         return LevelEnd::Failed(schema_not_satisfied(
             "finish_subtask was never called with a valid payload",
@@ -195,6 +259,41 @@ fn iteration_limit(turn: &Turn, level: &Level, observed: u32) -> LevelEnd {
         ));
     }
     LevelEnd::Failed(prompts::iteration_limit(max))
+}
+
+/// The prompt cannot fit the context limit: a deterministic answer instead of another call.
+/// At the root it is the turn's answer (status `budget_exceeded`, reason `context`);
+/// elsewhere it is that level's error.
+fn context_exceeded(
+    turn: &Turn,
+    level: &Level,
+    trip: BudgetTrip,
+    all_text: &mut String,
+) -> LevelEnd {
+    let message = prompts::context_limit_reached(
+        trip.limit as u64,
+        trip.observed as u64,
+        turn.context.window,
+    );
+    if !level.is_root() {
+        if !level.quiet {
+            turn.emit_budget_exceeded(&trip, false, level.parent_id.clone(), level.depth);
+        }
+        return LevelEnd::Failed(message);
+    }
+    if !all_text.is_empty() {
+        all_text.push_str("\n\n");
+    }
+    all_text.push_str(&message);
+    turn.recorder.text(level.place(), &message);
+    turn.events.emit(ServerEvent::Chunk {
+        content: message,
+        done: false,
+        parent_id: None,
+        depth: 0,
+    });
+    turn.trip(trip);
+    LevelEnd::Stopped
 }
 
 fn schema_not_satisfied(detail: &str, attempts: u32) -> String {

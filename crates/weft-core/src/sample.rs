@@ -7,13 +7,32 @@ use futures::StreamExt;
 use weft_protocol::ServerEvent;
 
 use crate::message::{ChatMessage, ToolCallRequest};
-use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
+use crate::provider::{Capabilities, Provider, ProviderEvent, ProviderRequest, ToolSpec, Usage};
 use crate::run_loop::Level;
 use crate::turn::{ModelCallRecord, Turn};
+
+/// A model to sample from: its provider, its name and what it can do.
+#[derive(Clone)]
+pub(crate) struct Llm {
+    pub provider: Arc<dyn Provider>,
+    pub model: Arc<str>,
+    pub capabilities: Capabilities,
+}
+
+impl Llm {
+    pub fn new(provider: Arc<dyn Provider>, model: &str) -> Self {
+        Llm {
+            capabilities: provider.capabilities(model),
+            model: model.into(),
+            provider,
+        }
+    }
+}
 
 pub(crate) struct Sampled {
     pub text: String,
     pub tool_calls: Vec<ToolCallRequest>,
+    pub usage: Usage,
 }
 
 pub(crate) enum SampleError {
@@ -22,8 +41,8 @@ pub(crate) enum SampleError {
     Provider(String),
 }
 
-/// Call the provider once. Text is appended to `all_text` as it streams, so partial text
-/// survives an error or a stop.
+/// Call the level's model once. Text is appended to `all_text` as it streams, so partial
+/// text survives an error or a stop; a quiet level (the planner) streams nothing out.
 pub(crate) async fn sample(
     turn: &Turn,
     level: &Level,
@@ -34,16 +53,20 @@ pub(crate) async fn sample(
         turn.trip(trip);
         return Err(SampleError::Stopped);
     }
-    let tools: Arc<[ToolSpec]> = if turn.capabilities.tools {
+    let llm = &level.llm;
+    let tools: Arc<[ToolSpec]> = if llm.capabilities.tools {
         level.specs.clone()
     } else {
         Arc::from([])
     };
     let request = ProviderRequest {
-        model: turn.model.clone(),
+        model: llm.model.to_string(),
         system: level.system.clone(),
         messages,
         tools,
+        max_tokens: turn.config.max_tokens,
+        temperature: turn.config.temperature,
+        response_schema: level.response_schema.clone(),
     };
     let started = Instant::now();
     let mut call = CallAccount {
@@ -56,7 +79,7 @@ pub(crate) async fn sample(
     // The work is polled first: cancellation only registers a waiter when the work is pending.
     let opened = tokio::select! {
         biased;
-        opened = turn.provider.stream(request, turn.cancel.clone()) => opened,
+        opened = llm.provider.stream(request, turn.cancel.clone()) => opened,
         () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
     };
     let mut stream = match opened {
@@ -82,26 +105,58 @@ pub(crate) async fn sample(
             Some(Err(e)) => {
                 return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string())))
             }
-            Some(Ok(ProviderEvent::TextDelta(delta))) => {
+            Some(Ok(ProviderEvent::TextDelta(mut delta))) => {
                 if delta.is_empty() {
                     continue;
                 }
-                text.push_str(&delta);
-                all_text.push_str(&delta);
-                turn.events.emit(ServerEvent::Chunk {
-                    content: delta,
-                    done: false,
-                    parent_id: level.parent_id.clone(),
-                    depth: level.depth,
-                });
+                // The output cap holds while streaming: what fits is kept, then the turn ends.
+                let capped = match turn.budget.take_output_bytes(delta.len()) {
+                    Ok(()) => None,
+                    Err((fits, trip)) => {
+                        let mut cut = fits.min(delta.len());
+                        while cut > 0 && !delta.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        delta.truncate(cut);
+                        Some(trip)
+                    }
+                };
+                if level.quiet {
+                    text.push_str(&delta);
+                } else if !delta.is_empty() {
+                    text.push_str(&delta);
+                    all_text.push_str(&delta);
+                    turn.recorder.text(level.place(), &delta);
+                    turn.events.emit(ServerEvent::Chunk {
+                        content: delta,
+                        done: false,
+                        parent_id: level.parent_id.clone(),
+                        depth: level.depth,
+                    });
+                }
+                if let Some(trip) = capped {
+                    turn.trip(trip);
+                    return Err(call.close(Some("output cap reached"), SampleError::Stopped));
+                }
             }
-            Some(Ok(ProviderEvent::ToolCall(call_request))) => tool_calls.push(call_request),
+            Some(Ok(ProviderEvent::ToolCall(call_request))) => {
+                let size = call_request.arguments.len() + call_request.name.len();
+                if let Err((_, trip)) = turn.budget.take_output_bytes(size) {
+                    turn.trip(trip);
+                    return Err(call.close(Some("output cap reached"), SampleError::Stopped));
+                }
+                tool_calls.push(call_request)
+            }
             Some(Ok(ProviderEvent::Usage(usage))) => call.usage.add(usage),
             Some(Ok(ProviderEvent::ReasoningDelta(_) | ProviderEvent::Finish(_))) => {}
         }
     }
     call.close(None, ());
-    Ok(Sampled { text, tool_calls })
+    Ok(Sampled {
+        text,
+        tool_calls,
+        usage: call.usage,
+    })
 }
 
 /// Accounts for one provider call however it ends: usage, cost, the model-call record.
@@ -114,7 +169,7 @@ struct CallAccount<'a> {
 
 impl CallAccount<'_> {
     fn close<T>(&mut self, error: Option<&str>, value: T) -> T {
-        let cost = self.turn.rate_card.cost(&self.turn.model, self.usage);
+        let cost = self.turn.rate_card.cost(&self.level.llm.model, self.usage);
         self.turn.record_model_call(ModelCallRecord {
             depth: self.level.depth,
             input_tokens: self.usage.input_tokens,

@@ -6,22 +6,52 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use weft_protocol::{PolicyClass, ToolCategory};
+use weft_protocol::{Amount, PolicyClass, ServerEvent, ToolCategory};
 
+use crate::calls::Nested;
 use crate::events::EventSink;
 use crate::memory::AgentMemory;
 
-/// Everything a tool call may use: where it runs, how to stop, where to report, shared memory.
+/// Everything a tool call may use: who it runs for, where, how to stop, where to report,
+/// shared memory.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     pub tool_call_id: String,
     pub parent_id: Option<String>,
     pub depth: u32,
-    /// The policy's workspace root; workspace tools must stay inside it.
+    /// The user the turn runs for.
+    pub user_id: Arc<str>,
+    /// This user's workspace; workspace tools must stay inside it.
     pub workspace_root: Option<Arc<Path>>,
+    /// The most bytes of a result the model will see: tools that can stop early (reads)
+    /// stop there and report the true size.
+    pub result_max_bytes: usize,
     pub cancel: CancellationToken,
     pub events: EventSink,
     pub memory: AgentMemory,
+    /// Whether progress reports reach the client (the agent's `emit_mcp_progress`).
+    pub emit_progress: bool,
+    /// For a tool that runs others (a workflow): calls nested under this one, through the
+    /// same gate, budget and record. `None` outside a turn.
+    pub nested: Option<Nested>,
+}
+
+impl ToolContext {
+    /// Report how far a long call has got (`mcp_progress`); dropped unless the agent emits
+    /// progress.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if !self.emit_progress {
+            return;
+        }
+        self.events.emit(ServerEvent::McpProgress {
+            tool_call_id: self.tool_call_id.clone(),
+            progress: Amount(progress),
+            total: total.map(Amount),
+            message,
+            parent_id: self.parent_id.clone(),
+            depth: self.depth,
+        });
+    }
 }
 
 /// Why a tool call failed, split by audience.

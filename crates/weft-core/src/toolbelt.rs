@@ -1,12 +1,12 @@
 //! `ToolPolicy` and the `Toolbelt`: registered ∩ allowed by policy ∩ unlocked by context.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use weft_protocol::{ChatContext, PolicyClass, ToolCategory};
+use weft_protocol::{ChatContext, InjectedArgs, PolicyClass, ToolCategory};
 
 use crate::prompts;
 use crate::provider::ToolSpec;
@@ -109,7 +109,7 @@ impl Toolbelt {
             .collect();
         let specs = entries
             .iter()
-            .map(|e| spec_of(e, &BTreeMap::new()))
+            .map(|e| spec_of(e, &InjectedArgs::new()))
             .collect();
         Toolbelt {
             entries: Arc::new(entries),
@@ -162,6 +162,19 @@ impl Toolbelt {
         ))
     }
 
+    /// The same toolbelt with `tool` added (replacing one of the same name).
+    pub fn with(&self, tool: Arc<dyn Tool>) -> Toolbelt {
+        let added = Toolbelt::new(vec![tool]);
+        let mut entries: Vec<Arc<ToolEntry>> = self
+            .entries
+            .iter()
+            .filter(|e| !added.contains(e.tool.name()))
+            .cloned()
+            .collect();
+        entries.extend(added.entries.iter().cloned());
+        Self::from_entries(entries)
+    }
+
     /// The same toolbelt without one tool (e.g. `run_subtask` at the depth limit).
     pub fn without(&self, name: &str) -> Toolbelt {
         if !self.contains(name) {
@@ -177,7 +190,7 @@ impl Toolbelt {
     }
 
     /// Tool specs for the model, each schema extended with the schema-only injected args.
-    pub fn specs(&self, injected: &BTreeMap<String, String>) -> Arc<[ToolSpec]> {
+    pub fn specs(&self, injected: &InjectedArgs) -> Arc<[ToolSpec]> {
         if injected.is_empty() {
             return self.specs.clone();
         }
@@ -185,7 +198,7 @@ impl Toolbelt {
     }
 }
 
-fn spec_of(entry: &ToolEntry, injected: &BTreeMap<String, String>) -> ToolSpec {
+fn spec_of(entry: &ToolEntry, injected: &InjectedArgs) -> ToolSpec {
     ToolSpec {
         name: entry.tool.name().to_owned(),
         description: entry.tool.description().to_owned(),
@@ -194,7 +207,7 @@ fn spec_of(entry: &ToolEntry, injected: &BTreeMap<String, String>) -> ToolSpec {
 }
 
 /// A deep copy of `schema` with every injected arg added as an optional string property.
-fn with_injected_args(schema: &Value, injected: &BTreeMap<String, String>) -> Value {
+fn with_injected_args(schema: &Value, injected: &InjectedArgs) -> Value {
     let mut schema = schema.clone();
     if injected.is_empty() {
         return schema;
@@ -249,6 +262,59 @@ impl Tool for RunSubtaskTool {
     async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         Err(ToolError::Fatal(
             "run_subtask must be intercepted by the agent loop".into(),
+        ))
+    }
+}
+
+/// `run_parallel_subagents` (only for agents that allow it): only a schema; the loop
+/// intercepts its calls.
+pub struct RunParallelSubagentsTool;
+
+#[async_trait]
+impl Tool for RunParallelSubagentsTool {
+    fn name(&self) -> &str {
+        prompts::RUN_PARALLEL_SUBAGENTS
+    }
+
+    fn description(&self) -> &str {
+        prompts::RUN_PARALLEL_SUBAGENTS_DESCRIPTION
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "jobs": {
+                    "type": "array",
+                    "description": "The jobs, run concurrently; each sub-agent sees only its own job.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "task": {"type": "string", "description": "What this sub-agent must do."},
+                            "additional_context": {"type": "string", "description": "Facts the sub-agent needs."},
+                            "tool_names": {"type": "array", "items": {"type": "string"}, "description": "Optional subset of your tools for this job."},
+                            "output_schema": {"type": "object", "description": "Optional JSON Schema the job's output must satisfy."},
+                            "system_prompt": {"type": "string", "description": "Optional framing for this sub-agent."}
+                        },
+                        "required": ["task"]
+                    }
+                }
+            },
+            "required": ["jobs"]
+        })
+    }
+
+    fn policy_class(&self) -> PolicyClass {
+        PolicyClass::Subagent
+    }
+
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Read
+    }
+
+    async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+        Err(ToolError::Fatal(
+            "run_parallel_subagents must be intercepted by the agent loop".into(),
         ))
     }
 }

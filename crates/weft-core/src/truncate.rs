@@ -7,14 +7,33 @@ pub fn truncate_result(text: String, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text;
     }
-    let marker = format!("[…truncated; full result {} bytes]", text.len());
+    let full = text.len() as u64;
+    cut_with_marker(text, max_bytes, &marker(full))
+}
+
+/// The start of something `full_bytes` long (a file read only partly), cut to fit
+/// `max_bytes` with the marker giving the true size.
+pub fn truncate_known_size(text: String, max_bytes: usize, full_bytes: u64) -> String {
+    if text.len() as u64 >= full_bytes && text.len() <= max_bytes {
+        return text;
+    }
+    cut_with_marker(text, max_bytes, &marker(full_bytes))
+}
+
+fn marker(full_bytes: u64) -> String {
+    format!("[…truncated; full result {full_bytes} bytes]")
+}
+
+/// Cut `text` at a UTF-8 boundary so that it and `marker` fit in `max_bytes`, then append
+/// the marker.
+pub fn cut_with_marker(text: String, max_bytes: usize, marker: &str) -> String {
     let mut cut = max_bytes.saturating_sub(marker.len());
     while cut > 0 && !text.is_char_boundary(cut) {
         cut -= 1;
     }
     let mut out = String::with_capacity(cut + marker.len());
     out.push_str(&text[..cut]);
-    out.push_str(&marker);
+    out.push_str(marker);
     out
 }
 

@@ -9,14 +9,19 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use weft_protocol::{AgentConfig, Amount, ExecutionTreeSnapshot, ServerEvent};
 
+use crate::artifacts::Artifacts;
+use crate::awareness::ContextBudget;
 use crate::budget::{BudgetTrip, TurnBudget, UsageTotals};
 use crate::cost::RateCard;
 use crate::events::EventSink;
 use crate::gate::PermissionGate;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
-use crate::provider::{Capabilities, Provider};
+use crate::planner;
+use crate::provider::Provider;
+use crate::record::Recorder;
 use crate::run_loop::{run_level, Level, LevelEnd};
+use crate::sample::Llm;
 use crate::toolbelt::Toolbelt;
 use crate::tree::ToolCallRecord;
 
@@ -35,7 +40,27 @@ pub struct TurnSpec {
     /// Cancelling this stops the turn at its next await.
     pub cancel: CancellationToken,
     pub memory: AgentMemory,
+    /// The user the turn runs for (tools see it).
+    pub user_id: Arc<str>,
+    /// The user's workspace.
     pub workspace_root: Option<Arc<Path>>,
+    /// Receives every round as it completes (the conversation record).
+    pub recorder: Arc<dyn Recorder>,
+    /// The planner pre-pass, when the agent plans before it acts.
+    pub planner: Option<PlannerSpec>,
+    /// The model's context window in tokens (budget awareness reads it).
+    pub context_window: u64,
+    /// Where results over `tool_result_max_bytes` are kept whole; none: they are only cut.
+    pub artifacts: Option<Arc<dyn Artifacts>>,
+}
+
+/// The planner pre-pass: its model and prompt.
+#[derive(Clone)]
+pub struct PlannerSpec {
+    pub provider: Arc<dyn Provider>,
+    pub model: String,
+    /// The planner's system prompt; empty: the built-in one.
+    pub instructions: String,
 }
 
 /// How a turn ended.
@@ -77,13 +102,14 @@ pub struct TurnOutcome {
     pub model_calls: Vec<ModelCallRecord>,
     /// The root history after the turn: the input history plus every message the turn added.
     pub history: Vec<ChatMessage>,
+    /// The planner's plan, when the agent plans first.
+    pub plan: Option<String>,
 }
 
 /// Runtime state shared by every depth of one turn.
 pub(crate) struct Turn {
-    pub provider: Arc<dyn Provider>,
-    pub model: String,
-    pub capabilities: Capabilities,
+    /// The executor's model.
+    pub llm: Llm,
     pub config: Arc<AgentConfig>,
     pub budget: TurnBudget,
     pub gate: PermissionGate,
@@ -91,7 +117,11 @@ pub(crate) struct Turn {
     pub rate_card: Arc<RateCard>,
     pub events: EventSink,
     pub memory: AgentMemory,
+    pub user_id: Arc<str>,
     pub workspace_root: Option<Arc<Path>>,
+    pub recorder: Arc<dyn Recorder>,
+    pub artifacts: Option<Arc<dyn Artifacts>>,
+    pub context: ContextBudget,
     /// Child of the caller's token: cancelled by the caller, a budget trip or a fatal error.
     pub cancel: CancellationToken,
     end: OnceLock<TurnEnd>,
@@ -100,11 +130,9 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    fn new(spec: &TurnSpec) -> Self {
+    pub(crate) fn new(spec: &TurnSpec) -> Self {
         Turn {
-            provider: spec.provider.clone(),
-            model: spec.model.clone(),
-            capabilities: spec.provider.capabilities(&spec.model),
+            llm: Llm::new(spec.provider.clone(), &spec.model),
             config: spec.config.clone(),
             budget: TurnBudget::new(&spec.config),
             gate: spec.gate.clone(),
@@ -112,7 +140,11 @@ impl Turn {
             rate_card: spec.rate_card.clone(),
             events: spec.events.clone(),
             memory: spec.memory.clone(),
+            user_id: spec.user_id.clone(),
             workspace_root: spec.workspace_root.clone(),
+            recorder: spec.recorder.clone(),
+            artifacts: spec.artifacts.clone(),
+            context: ContextBudget::new(&spec.config, &spec.model, spec.context_window),
             cancel: spec.cancel.child_token(),
             end: OnceLock::new(),
             locks: Mutex::new(HashMap::new()),
@@ -156,6 +188,11 @@ impl Turn {
         self.cancel.is_cancelled()
     }
 
+    /// Why the turn stopped, if it did for a reason of its own.
+    pub fn end(&self) -> Option<TurnEnd> {
+        self.end.get().cloned()
+    }
+
     /// The named exclusive lock, shared by every depth of the turn.
     pub fn lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.locks
@@ -170,14 +207,22 @@ impl Turn {
     }
 }
 
-/// Run one turn of the unified loop (the `classic` execution mode).
-pub async fn run_classic_turn(spec: TurnSpec) -> TurnOutcome {
+/// Run one turn of the unified loop (the `classic` execution mode): the planner pre-pass
+/// when the agent plans, then the loop at depth 0, under the wall clock.
+pub async fn run_classic_turn(mut spec: TurnSpec) -> TurnOutcome {
     let turn = Arc::new(Turn::new(&spec));
-    let root = Level::root(&turn, &spec);
+    let history = std::mem::take(&mut spec.history);
     let deadline = tokio::time::Instant::from_std(turn.budget.deadline());
-    let run = run_level(turn.clone(), root, spec.history);
+    let run = async {
+        let plan = match &spec.planner {
+            Some(planner) => planner::plan(&turn, planner, &history, &spec.toolbelt).await,
+            None => None,
+        };
+        let root = Level::root(&turn, &spec, plan.as_deref());
+        (run_level(turn.clone(), root, history).await, plan)
+    };
     tokio::pin!(run);
-    let result = tokio::select! {
+    let (result, plan) = tokio::select! {
         result = &mut run => result,
         () = tokio::time::sleep_until(deadline) => {
             if let Err(trip) = turn.budget.check_wall_clock() {
@@ -195,7 +240,9 @@ pub async fn run_classic_turn(spec: TurnSpec) -> TurnOutcome {
             LevelEnd::Stopped => TurnEnd::Cancelled,
         },
     };
-    finish(&turn, end, result.all_text, result.history)
+    let mut outcome = finish(&turn, end, result.all_text, result.history);
+    outcome.plan = plan;
+    outcome
 }
 
 /// Emit the cost summary and gather the outcome.
@@ -220,9 +267,10 @@ pub(crate) fn finish(
         tree,
         tool_calls,
         totals,
-        provider: turn.provider.name().to_owned(),
-        model: turn.model.clone(),
+        provider: turn.llm.provider.name().to_owned(),
+        model: turn.llm.model.to_string(),
         model_calls: std::mem::take(&mut *turn.model_calls.lock()),
         history,
+        plan: None,
     }
 }

@@ -1,10 +1,8 @@
 //! Tool-argument handling: parse the model's JSON, split off injected args, validate
 //! (`strict`), coerce then validate (`lenient`), or pass through (`none`).
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value};
-use weft_protocol::ArgValidation;
+use weft_protocol::{ArgValidation, InjectedArgs};
 
 /// Arguments ready for a tool, and the schema-only injected args split away from them.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,7 +31,7 @@ pub fn prepare_args(
     schema: &Value,
     validator: Option<&jsonschema::Validator>,
     mode: ArgValidation,
-    injected_keys: &BTreeMap<String, String>,
+    injected_keys: &InjectedArgs,
 ) -> Result<PreparedArgs, String> {
     let mut args = parse_arguments(raw)?;
     let mut injected = Map::new();
@@ -141,7 +139,7 @@ mod tests {
     fn run(raw: &str, mode: ArgValidation) -> Result<PreparedArgs, String> {
         let s = schema();
         let v = jsonschema::validator_for(&s).ok();
-        prepare_args(raw, &s, v.as_ref(), mode, &BTreeMap::new())
+        prepare_args(raw, &s, v.as_ref(), mode, &InjectedArgs::new())
     }
 
     #[test]
@@ -187,7 +185,7 @@ mod tests {
     #[test]
     fn injected_args_are_split_away() {
         let s = schema();
-        let mut keys = BTreeMap::new();
+        let mut keys = InjectedArgs::new();
         keys.insert("ui_request_id".to_owned(), "corr".to_owned());
         let v = jsonschema::validator_for(&s).ok();
         let p = prepare_args(

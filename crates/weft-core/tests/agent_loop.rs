@@ -489,3 +489,26 @@ async fn every_model_call_is_accounted() {
         Some(ToolResultStatus::Success)
     );
 }
+
+#[tokio::test]
+async fn a_tool_running_past_its_timeout_is_a_timed_out_result() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("s1", "slow", json!({}))]),
+        {"text": "moved on"}
+    ]}]}))
+    .tool(TestTool::new("slow").delay_ms(30_000))
+    .config(|c| c.tool_timeout_ms = Some(50));
+    let started = std::time::Instant::now();
+    let (outcome, events) = h.run().await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let (text, is_error) = result_of(&events, "s1");
+    assert!(
+        is_error && text.contains("did not finish within 50 ms"),
+        "{text}"
+    );
+    assert_eq!(
+        support::metadata_of(&events, "s1").status,
+        weft_protocol::ToolResultStatus::TimedOut
+    );
+    assert_eq!(outcome.text, "moved on");
+}

@@ -71,6 +71,68 @@ async fn tool_calls() {
 }
 
 #[tokio::test]
+async fn streamed_output_is_capped_while_it_streams() {
+    // 40 chunks of 1 000 bytes against a 10 000-byte cap: the stream is cut inside the
+    // eleventh chunk, at a character boundary, and the rest is never read.
+    let chunks: Vec<String> = (0..40)
+        .map(|i| format!("{i:02}{}", "é".repeat(499)))
+        .collect();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [{"chunks": chunks}]}]}))
+        .config(|c| c.max_output_bytes = 10_000);
+    let (outcome, events) = h.run().await;
+    let (reason, limit, observed, ends) = trip_of(&events);
+    assert_eq!((reason, limit, ends), (BudgetReason::Bytes, 10_000.0, true));
+    assert!(observed > 10_000.0);
+    assert_ended_by(&outcome, BudgetReason::Bytes);
+    assert!(
+        outcome.text.len() <= 10_000 && outcome.text.len() > 9_990,
+        "{}",
+        outcome.text.len()
+    );
+    let streamed: usize = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::Chunk { content, .. } => Some(content.len()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(
+        streamed,
+        outcome.text.len(),
+        "clients got exactly what was kept"
+    );
+}
+
+#[tokio::test]
+async fn huge_tool_arguments_count_toward_the_output_cap() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "echo", "arguments": {"blob": "x".repeat(50_000)}}]},
+        {"text": "never"}]}]}))
+    .tool(TestTool::new("echo"))
+    .config(|c| c.max_output_bytes = 10_000);
+    let (outcome, _) = h.run().await;
+    assert_ended_by(&outcome, BudgetReason::Bytes);
+    assert!(outcome.tree.nodes.is_empty(), "the call never ran");
+}
+
+#[tokio::test]
+async fn refused_calls_count_toward_the_tool_call_limit() {
+    // The model repeats one call to a tool that does not exist: every refused call counts, so
+    // the turn ends on `tool_calls`, long before the iteration limit.
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "ghost", "arguments": {}}], "repeat": true}
+    ]}]}))
+    .config(|c| {
+        c.max_total_tool_calls = 5;
+        c.max_iterations_per_level = 20;
+    });
+    let (outcome, events) = h.run().await;
+    assert_eq!(trip_of(&events), (BudgetReason::ToolCalls, 5.0, 6.0, true));
+    assert_ended_by(&outcome, BudgetReason::ToolCalls);
+    assert_eq!(h.provider.requests.lock().len(), 6);
+}
+
+#[tokio::test]
 async fn subtasks() {
     let h = Harness::new(json!({"conversations": [
         {"match": "root", "steps": [{"tool_calls": [
@@ -115,7 +177,7 @@ async fn tokens() {
         {"text": "never"}
     ]}]}))
     .tool(TestTool::new("echo"))
-    .config(|c| c.max_tokens = Some(500));
+    .config(|c| c.max_turn_tokens = Some(500));
     let (outcome, events) = h.run().await;
     assert_eq!(trip_of(&events), (BudgetReason::Tokens, 500.0, 700.0, true));
     assert_ended_by(&outcome, BudgetReason::Tokens);

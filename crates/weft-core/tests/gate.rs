@@ -91,7 +91,7 @@ fn approvals(events: &[ServerEvent]) -> Vec<String> {
                 tool_call_id,
                 category,
                 ..
-            } => Some(format!("ask {tool_call_id} {category:?}")),
+            } => Some(format!("ask {} {category:?}", support::hint(tool_call_id))),
             _ => None,
         })
         .collect()
@@ -113,13 +113,18 @@ async fn default_mode_asks_and_allow_runs_the_call() {
         (
             meta.status,
             meta.approval_status,
-            meta.approval_id.as_deref()
+            meta.approval_id.as_deref().map(support::hint)
         ),
         (
             ToolResultStatus::Success,
             ApprovalStatus::Approved,
             Some("w1")
         )
+    );
+    assert_eq!(
+        meta.approval_id,
+        Some(support::wire_id(&events, "w1")),
+        "the approval is keyed by the server-unique id"
     );
     assert_eq!(outcome.end, TurnEnd::Completed);
 }

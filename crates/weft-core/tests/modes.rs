@@ -40,6 +40,12 @@ impl ExecutionMode for Shout {
     fn name(&self) -> &str {
         "shout"
     }
+    fn display_name(&self) -> &str {
+        "Shout"
+    }
+    fn max_rounds(&self, _: &weft_protocol::AgentConfig) -> u32 {
+        3
+    }
     async fn run(&self, spec: TurnSpec) -> TurnOutcome {
         let mut outcome = weft_core::run_classic_turn(spec).await;
         outcome.text = outcome.text.to_uppercase();

@@ -49,7 +49,13 @@ async fn parallel_subtasks_nest_their_events_and_results() {
         .tree
         .nodes
         .iter()
-        .map(|n| (n.id.as_str(), n.title.as_deref(), n.parent_id.as_deref()))
+        .map(|n| {
+            (
+                support::hint(&n.id),
+                n.title.as_deref(),
+                n.parent_id.as_deref(),
+            )
+        })
         .collect();
     assert_eq!(
         titles,
@@ -100,9 +106,42 @@ async fn nested_tool_calls_carry_the_enclosing_subtask_as_parent() {
         .tree
         .nodes
         .iter()
-        .map(|n| (n.id.as_str(), n.parent_id.as_deref()))
+        .map(|n| {
+            (
+                support::hint(&n.id),
+                n.parent_id.as_deref().map(support::hint),
+            )
+        })
         .collect();
     assert_eq!(nodes, vec![("s1", None), ("e1", Some("s1"))]);
+}
+
+#[tokio::test]
+async fn every_round_of_every_level_is_recorded_in_order() {
+    let record = std::sync::Arc::new(support::RecordLines::default());
+    let mut h = Harness::new(json!({"conversations": [
+        {"match": "outer", "steps": [
+            {"chunks": ["let me "], "tool_calls": [{"id": "s1", "name": "run_subtask", "arguments": {"title": "T", "instructions": "inner work"}}]},
+            {"text": "done"}]},
+        {"match": "inner", "steps": [
+            {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"q": 1}}, {"id": "nope", "name": "missing", "arguments": {}}]},
+            {"text": "inner done"}]}
+    ]}))
+    .user("outer")
+    .tool(TestTool::new("echo"));
+    h.recorder = record.clone();
+    h.run().await;
+    assert_eq!(
+        *record.0.lock(),
+        vec![
+            "d0 assistant \"let me \" run_subtask",
+            "d1 assistant \"\" echo,missing",
+            "d1 results echo,missing!",
+            "d1 assistant \"inner done\" ",
+            "d0 results run_subtask",
+            "d0 assistant \"done\" ",
+        ]
+    );
 }
 
 #[tokio::test]

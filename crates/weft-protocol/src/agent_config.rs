@@ -1,8 +1,9 @@
-//! `AgentConfig`: the serializable agent contract (limits, seed 004 runtime controls).
+//! `AgentConfig`: the serializable agent contract (seed 004): who the agent is (name, model,
+//! instructions), its runtime controls (planning, budget awareness, approvals, sub-agents),
+//! and every limit of a turn.
 //!
-//! It round-trips through JSON and TOML so a turn can be rebuilt from config alone.
-
-use std::collections::BTreeMap;
+//! It round-trips through JSON and TOML: seed 004's example loads as written and serializes
+//! back to the same fields, every other field at its default.
 
 use serde::{Deserialize, Serialize};
 
@@ -31,10 +32,38 @@ pub enum ToolErrorMode {
     Abort,
 }
 
-/// Every limit and runtime control of a turn. Unknown keys are ignored; missing keys take defaults.
+/// An agent: seed 004's fields first (in its order), then Weft's tool allow-list and limits.
+/// Missing keys take defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AgentConfig {
+    pub name: String,
+    /// `provider:model`; absent: the server's default.
+    pub model: Option<String>,
+    /// Added to the system prompt.
+    pub instructions: String,
+    /// Iterations per level (overrides `max_iterations_per_level`).
+    pub max_steps: Option<u32>,
+    pub temperature: Option<f64>,
+    /// The most tokens one model response may have (sent to the provider).
+    pub max_tokens: Option<u64>,
+    pub planning_enabled: bool,
+    /// `provider:model` for the planner; absent: the executor's.
+    pub planning_model: Option<String>,
+    /// The planner's prompt; empty: the built-in one.
+    pub planning_instructions: String,
+    /// `per-message` or `limit:<0-100>`; absent: off.
+    pub budget_awareness: Option<String>,
+    /// Tools that always ask before running, in every mode but Plan.
+    pub hitl_tools: Vec<String>,
+    pub emit_mcp_progress: bool,
+    /// Schema-only arguments added to every tool (name → description), split off before
+    /// the tool runs and kept in the call's metadata.
+    pub injected_tool_args: InjectedArgs,
+    pub allow_parallel_subagents: bool,
+    pub max_parallel_subagents: u32,
+    /// The tools this agent may use (absent: every tool the session has).
+    pub tools: Option<Vec<String>>,
     pub max_depth: u32,
     pub max_iterations_per_level: u32,
     pub max_parallel_per_turn: usize,
@@ -46,7 +75,11 @@ pub struct AgentConfig {
     /// Cumulative bytes of tool results fed back to the model in one turn.
     pub max_total_result_bytes: u64,
     pub max_history_tokens: u64,
-    pub max_tokens: Option<u64>,
+    /// The cumulative token budget of a turn (input and output, every call).
+    pub max_turn_tokens: Option<u64>,
+    /// The most bytes of text and tool-call arguments the model may stream in one turn,
+    /// checked while it streams.
+    pub max_output_bytes: u64,
     pub max_cost_usd: Option<f64>,
     pub max_schema_retries: u32,
     pub max_identical_calls: u32,
@@ -55,20 +88,35 @@ pub struct AgentConfig {
     pub tool_error_mode: ToolErrorMode,
     /// How long an approval may wait before it reads as `timed_out`; none waits for the turn's wall clock.
     pub approval_timeout_ms: Option<u64>,
-    pub planning_enabled: bool,
-    pub planning_model: Option<String>,
-    pub planning_instructions: String,
-    pub budget_awareness: Option<String>,
-    pub hitl_tools: Vec<String>,
-    pub emit_mcp_progress: bool,
-    pub injected_tool_args: BTreeMap<String, String>,
-    pub allow_parallel_subagents: bool,
-    pub max_parallel_subagents: u32,
+    /// How long one tool call may run (approval waits excluded) before it is an error result.
+    pub tool_timeout_ms: Option<u64>,
 }
+
+/// Schema-only argument names and their descriptions, in the order they were given.
+pub type InjectedArgs = indexmap::IndexMap<String, String>;
+
+/// The name of the server's own agent (its `[agent]` table).
+pub const DEFAULT_AGENT: &str = "default";
 
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
+            name: DEFAULT_AGENT.to_owned(),
+            model: None,
+            instructions: String::new(),
+            max_steps: None,
+            temperature: None,
+            max_tokens: None,
+            planning_enabled: false,
+            planning_model: None,
+            planning_instructions: String::new(),
+            budget_awareness: None,
+            hitl_tools: Vec::new(),
+            emit_mcp_progress: true,
+            injected_tool_args: InjectedArgs::new(),
+            allow_parallel_subagents: false,
+            max_parallel_subagents: 3,
+            tools: None,
             max_depth: 3,
             max_iterations_per_level: 20,
             max_parallel_per_turn: 8,
@@ -79,7 +127,8 @@ impl Default for AgentConfig {
             tool_result_max_bytes: 50_000,
             max_total_result_bytes: 4_000_000,
             max_history_tokens: 128_000,
-            max_tokens: None,
+            max_turn_tokens: None,
+            max_output_bytes: 1 << 20,
             max_cost_usd: None,
             max_schema_retries: 3,
             max_identical_calls: 5,
@@ -87,31 +136,56 @@ impl Default for AgentConfig {
             arg_validation: ArgValidation::Strict,
             tool_error_mode: ToolErrorMode::Recover,
             approval_timeout_ms: None,
-            planning_enabled: false,
-            planning_model: None,
-            planning_instructions: String::new(),
-            budget_awareness: None,
-            hitl_tools: Vec::new(),
-            emit_mcp_progress: true,
-            injected_tool_args: BTreeMap::new(),
-            allow_parallel_subagents: false,
-            max_parallel_subagents: 3,
+            tool_timeout_ms: Some(120_000),
         }
     }
 }
 
+/// Why a config is not valid, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentConfigError {
+    Name(String),
+    Model(&'static str, String),
+    Temperature(String),
     ParallelSubagents(u32),
     BudgetAwareness(String),
     InjectedArgName(String),
     UnknownHitlTool(String),
+    UnknownTool(String),
     ZeroLimit(&'static str),
+}
+
+impl AgentConfigError {
+    /// The field at fault.
+    pub fn field(&self) -> &str {
+        match self {
+            AgentConfigError::Name(_) => "name",
+            AgentConfigError::Model(field, _) => field,
+            AgentConfigError::Temperature(_) => "temperature",
+            AgentConfigError::ParallelSubagents(_) => "max_parallel_subagents",
+            AgentConfigError::BudgetAwareness(_) => "budget_awareness",
+            AgentConfigError::InjectedArgName(_) => "injected_tool_args",
+            AgentConfigError::UnknownHitlTool(_) => "hitl_tools",
+            AgentConfigError::UnknownTool(_) => "tools",
+            AgentConfigError::ZeroLimit(field) => field,
+        }
+    }
 }
 
 impl std::fmt::Display for AgentConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            AgentConfigError::Name(n) => write!(
+                f,
+                "name must be 1 to 128 characters of A-Z a-z 0-9 . _ : -, got {n:?}"
+            ),
+            AgentConfigError::Model(field, m) => write!(
+                f,
+                "{field} must be `provider:model` (for example openai:gpt-4o-mini), got {m:?}"
+            ),
+            AgentConfigError::Temperature(t) => {
+                write!(f, "temperature must be between 0 and 2, got {t}")
+            }
             AgentConfigError::ParallelSubagents(n) => {
                 write!(f, "max_parallel_subagents must be 1..7, got {n}")
             }
@@ -133,6 +207,9 @@ impl std::fmt::Display for AgentConfigError {
                     "hitl_tools names {t:?}, which is not a tool of this agent"
                 )
             }
+            AgentConfigError::UnknownTool(t) => {
+                write!(f, "tools names {t:?}, which this server does not have")
+            }
             AgentConfigError::ZeroLimit(field) => write!(f, "{field} must be at least 1"),
         }
     }
@@ -140,31 +217,80 @@ impl std::fmt::Display for AgentConfigError {
 
 impl std::error::Error for AgentConfigError {}
 
+/// Split `provider:model`; both parts must be there.
+pub fn parse_model(spec: &str) -> Option<(&str, &str)> {
+    let (provider, model) = spec.split_once(':')?;
+    let provider_ok = !provider.is_empty()
+        && provider
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    (provider_ok && !model.trim().is_empty() && model.len() <= 256).then_some((provider, model))
+}
+
+/// What `budget_awareness` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetAwareness {
+    /// An advisory on every tool result and assistant message the model sees.
+    PerMessage,
+    /// Compact when the prompt passes this percentage of the context window.
+    Limit(u8),
+}
+
 impl AgentConfig {
+    /// Iterations the loop may run per level.
+    pub fn iterations_per_level(&self) -> u32 {
+        self.max_steps.unwrap_or(self.max_iterations_per_level)
+    }
+
+    pub fn budget_awareness(&self) -> Option<BudgetAwareness> {
+        let mode = self.budget_awareness.as_deref()?;
+        if mode == "per-message" {
+            return Some(BudgetAwareness::PerMessage);
+        }
+        mode.strip_prefix("limit:")
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|n| *n <= 100)
+            .map(BudgetAwareness::Limit)
+    }
+
     /// Check the values that make sense on their own (seed 004's validation rules).
     pub fn validate(&self) -> Result<(), AgentConfigError> {
+        if !crate::inbound::is_identifier(&self.name) {
+            return Err(AgentConfigError::Name(crate::clip(&self.name, 64)));
+        }
+        for (field, value) in [
+            ("model", &self.model),
+            ("planning_model", &self.planning_model),
+        ] {
+            if let Some(spec) = value {
+                if parse_model(spec).is_none() {
+                    return Err(AgentConfigError::Model(field, crate::clip(spec, 64)));
+                }
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(AgentConfigError::Temperature(t.to_string()));
+            }
+        }
         if !(1..=7).contains(&self.max_parallel_subagents) {
             return Err(AgentConfigError::ParallelSubagents(
                 self.max_parallel_subagents,
             ));
         }
         if let Some(mode) = &self.budget_awareness {
-            let ok = mode == "per-message"
-                || mode
-                    .strip_prefix("limit:")
-                    .and_then(|n| n.parse::<u8>().ok())
-                    .is_some_and(|n| n <= 100);
-            if !ok {
-                return Err(AgentConfigError::BudgetAwareness(mode.clone()));
+            if self.budget_awareness().is_none() {
+                return Err(AgentConfigError::BudgetAwareness(crate::clip(mode, 64)));
             }
         }
         for key in self.injected_tool_args.keys() {
             let valid = !key.is_empty()
+                && key.len() <= 64
                 && key
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if !valid {
-                return Err(AgentConfigError::InjectedArgName(key.clone()));
+                return Err(AgentConfigError::InjectedArgName(crate::clip(key, 64)));
             }
         }
         for (field, value) in [
@@ -172,6 +298,7 @@ impl AgentConfig {
                 "max_iterations_per_level",
                 u64::from(self.max_iterations_per_level),
             ),
+            ("max_steps", u64::from(self.max_steps.unwrap_or(1))),
             ("max_parallel_per_turn", self.max_parallel_per_turn as u64),
             ("max_identical_calls", u64::from(self.max_identical_calls)),
         ] {
@@ -182,14 +309,23 @@ impl AgentConfig {
         Ok(())
     }
 
-    /// Check that every `hitl_tools` name exists among the agent's tools.
-    pub fn validate_tools(&self, tool_names: &[&str]) -> Result<(), AgentConfigError> {
-        match self
-            .hitl_tools
-            .iter()
-            .find(|name| !tool_names.contains(&name.as_str()))
-        {
-            Some(missing) => Err(AgentConfigError::UnknownHitlTool(missing.clone())),
+    /// Check the tool names against the tools the server has (`available`): the allow-list
+    /// must name existing tools, and every `hitl_tools` name must be one of the agent's.
+    pub fn validate_tools(&self, available: &[&str]) -> Result<(), AgentConfigError> {
+        if let Some(tools) = &self.tools {
+            if let Some(missing) = tools.iter().find(|t| !available.contains(&t.as_str())) {
+                return Err(AgentConfigError::UnknownTool(crate::clip(missing, 64)));
+            }
+        }
+        let own = |name: &str| {
+            available.contains(&name)
+                && self
+                    .tools
+                    .as_ref()
+                    .is_none_or(|tools| tools.iter().any(|t| t == name))
+        };
+        match self.hitl_tools.iter().find(|name| !own(name)) {
+            Some(missing) => Err(AgentConfigError::UnknownHitlTool(crate::clip(missing, 64))),
             None => Ok(()),
         }
     }

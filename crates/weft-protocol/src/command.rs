@@ -58,10 +58,17 @@ pub struct ChatMessageData {
     pub workflow_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_target: Option<String>,
+    /// Route 1: the workflow's parameters (absent: the message text is the parameter `input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_generation: Option<MediaGeneration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_enabled: Option<bool>,
+    /// The agent for this turn (the thread remembers it); absent: the thread's, else the
+    /// server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// Deprecated: accepted and ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_mode: Option<bool>,

@@ -10,8 +10,9 @@ use crate::types::{MessageContent, PermissionMode, ToolCategory};
 /// One outbound frame: an event plus the thread and per-thread sequence it belongs to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerFrame {
+    /// Shared by every frame of the thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread_id: Option<String>,
+    pub thread_id: Option<std::sync::Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
     #[serde(flatten)]
@@ -48,6 +49,8 @@ pub enum BudgetReason {
     Cost,
     Depth,
     Iterations,
+    /// The prompt passed the agent's context limit (`budget_awareness = "limit:<n>"`).
+    Context,
 }
 
 impl BudgetReason {
@@ -62,6 +65,7 @@ impl BudgetReason {
             BudgetReason::Cost => "cost",
             BudgetReason::Depth => "depth",
             BudgetReason::Iterations => "iterations",
+            BudgetReason::Context => "context",
         }
     }
 }
@@ -81,6 +85,12 @@ pub enum ErrorCode {
     UnsupportedRoute,
     ProviderError,
     BudgetExceeded,
+    RateLimited,
+    TooLarge,
+    InvalidGraph,
+    WorkflowNotFound,
+    AgentNotFound,
+    AssetNotFound,
     Internal,
 }
 
@@ -138,6 +148,9 @@ pub enum ServerEvent {
         name: String,
         args: Value,
         category: ToolCategory,
+        /// Schema-only arguments the model sent with the call (never passed to the tool).
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        injected_args: serde_json::Map<String, Value>,
         #[serde(default)]
         parent_id: Option<String>,
         #[serde(default)]
@@ -175,9 +188,51 @@ pub enum ServerEvent {
         name: String,
         args: Value,
     },
+    /// Around the planner pre-pass: `started`, then `done` with the plan or `failed`.
     PlanningUpdate {
         status: String,
         content: String,
+    },
+    /// A tool reports how far it has got (only when the agent's `emit_mcp_progress`).
+    McpProgress {
+        tool_call_id: String,
+        progress: Amount,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<Amount>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default)]
+        parent_id: Option<String>,
+        #[serde(default)]
+        depth: u32,
+    },
+    /// A workflow run's state (route 1, or `run_workflow` nested under its tool call).
+    JobUpdate {
+        job_id: String,
+        workflow_id: String,
+        /// `running`, `completed`, `failed`, `cancelled`.
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_id: Option<String>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        depth: u32,
+    },
+    /// One node of a workflow run: `running`, `completed`, `failed`, `skipped`.
+    NodeUpdate {
+        job_id: String,
+        node_id: String,
+        node_type: String,
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result_preview: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_id: Option<String>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        depth: u32,
     },
     /// The turn for this thread has started (tells a client the id of a new thread).
     TurnStarted {
@@ -221,12 +276,19 @@ pub struct StoredMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<PermissionMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution_tree: Option<ExecutionTreeSnapshot>,
+    pub execution_tree: Option<std::sync::Arc<ExecutionTreeSnapshot>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Assistant messages: `running`, `completed`, `budget_exceeded`, `cancelled`,
+    /// `provider_error`, `interrupted`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Assistant messages: how the turn ran (`agent`, `plan`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
     pub created_at: String,
 }

@@ -6,11 +6,13 @@ pub mod control;
 pub mod event;
 pub mod inbound;
 pub mod metadata;
+pub mod record;
 pub mod tree;
 pub mod types;
 
 pub use agent_config::{
-    AgentConfig, AgentConfigError, ArgValidation, ToolErrorMode, ToolParallelism,
+    parse_model, AgentConfig, AgentConfigError, ArgValidation, BudgetAwareness, InjectedArgs,
+    ToolErrorMode, ToolParallelism, DEFAULT_AGENT,
 };
 pub use command::{
     ChatMessageData, ClientCommand, CommandEnvelope, MediaGeneration, ResumeChatData,
@@ -20,8 +22,12 @@ pub use control::{ApprovalDecision, ClientTool, ControlFrame};
 pub use event::{
     Amount, BudgetReason, ErrorCode, ServerEvent, ServerFrame, StoredMessage, ToolCallStatus,
 };
-pub use inbound::{decode_inbound, InboundError, InboundFrame};
+pub use inbound::{
+    check_identifiers_of, clip, decode_inbound, echo, is_identifier, InboundError, InboundFrame,
+    ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS,
+};
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};
+pub use record::{RecordEntry, RecordedCall, INTERRUPTED_RESULT};
 pub use tree::{preview, ExecutionTreeNode, ExecutionTreeSnapshot, PREVIEW_MAX_CHARS};
 pub use types::{
     ChatContext, ContentPart, MessageContent, PermissionMode, PolicyClass, ToolCategory,

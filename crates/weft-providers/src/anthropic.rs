@@ -110,12 +110,15 @@ pub fn request_body(request: &ProviderRequest) -> Value {
         .collect();
     let mut body = json!({
         "model": request.model,
-        "max_tokens": DEFAULT_MAX_TOKENS,
+        "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         "messages": messages,
         "stream": true,
     });
     if !request.system.is_empty() {
         body["system"] = json!(&*request.system);
+    }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
     }
     if !request.tools.is_empty() {
         body["tools"] = json!(request

@@ -81,6 +81,25 @@ pub fn request_body(request: &ProviderRequest) -> Value {
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(max) = request.max_tokens {
+        // Reasoning models take only the newer name; compatible servers know the older one.
+        let reasoning = ["o1", "o3", "o4", "gpt-5"]
+            .iter()
+            .any(|p| request.model.starts_with(p));
+        let key = if reasoning {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[key] = json!(max);
+    }
+    if let Some(schema) = &request.response_schema {
+        body["response_format"] = json!({"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": schema.as_ref(), "strict": false}});
+    }
     if !request.tools.is_empty() {
         body["tools"] = json!(request
             .tools

@@ -52,6 +52,9 @@ pub struct Step {
     /// Wait this long before each chunk after the first (for mid-stream stop tests).
     #[serde(default)]
     pub chunk_delay_ms: Option<u64>,
+    /// Stream `chunks` this many times over (big outputs without a big script).
+    #[serde(default)]
+    pub repeat_chunks: Option<u64>,
     #[serde(default)]
     pub error: Option<InjectedError>,
     #[serde(default)]
@@ -255,7 +258,8 @@ impl Provider for ScriptedProvider {
                     .map(|m| m.text().len())
                     .sum::<usize>()
                     + request.system.len();
-                let output: usize = chunks.iter().map(String::len).sum::<usize>()
+                let times = step.repeat_chunks.unwrap_or(1) as usize;
+                let output: usize = chunks.iter().map(String::len).sum::<usize>() * times
                     + tool_calls
                         .iter()
                         .map(|c| c.arguments.len() + c.name.len())
@@ -273,10 +277,9 @@ impl Provider for ScriptedProvider {
         };
         let delay = step.chunk_delay_ms.map(Duration::from_millis);
 
-        let mut events: Vec<Result<ProviderEvent, ProviderError>> = chunks
-            .into_iter()
-            .map(|c| Ok(ProviderEvent::TextDelta(c)))
-            .collect();
+        let times = step.repeat_chunks.unwrap_or(1);
+        let text = (0..times).flat_map(move |_| chunks.clone().into_iter());
+        let mut events: Vec<Result<ProviderEvent, ProviderError>> = Vec::new();
         match error {
             Some(error) => events.push(Err(error)),
             None => {
@@ -289,9 +292,10 @@ impl Provider for ScriptedProvider {
                 events.push(Ok(ProviderEvent::Finish(finish)));
             }
         }
+        let events = text.map(|c| Ok(ProviderEvent::TextDelta(c))).chain(events);
         match delay {
             None => Ok(stream::iter(events).boxed()),
-            Some(delay) => Ok(stream::iter(events.into_iter().enumerate())
+            Some(delay) => Ok(stream::iter(events.enumerate())
                 .then(move |(i, event)| async move {
                     if i > 0 {
                         tokio::time::sleep(delay).await;

@@ -53,6 +53,7 @@ fn respond(body: String) -> ResponseTemplate {
 
 fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
     ProviderRequest {
+        response_schema: None,
         model: "claude-sonnet-4-0".into(),
         system: "be brief".into(),
         messages: Arc::new(messages),
@@ -61,6 +62,8 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             description: "Weather for a city".into(),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
         }]),
+        max_tokens: None,
+        temperature: None,
     }
 }
 
@@ -318,5 +321,24 @@ async fn the_request_body_maps_results_images_and_system() {
             ],
             "tools": [{"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
         })
+    );
+}
+
+#[test]
+fn the_per_response_token_cap_replaces_the_default() {
+    let mut req = request(vec![ChatMessage::user("hi")]);
+    assert_eq!(
+        weft_providers::anthropic::request_body(&req)["max_tokens"],
+        4096
+    );
+    req.temperature = Some(0.7);
+    assert_eq!(
+        weft_providers::anthropic::request_body(&req)["temperature"],
+        0.7
+    );
+    req.max_tokens = Some(300);
+    assert_eq!(
+        weft_providers::anthropic::request_body(&req)["max_tokens"],
+        300
     );
 }

@@ -53,6 +53,7 @@ fn stream_response(body: String) -> ResponseTemplate {
 
 fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
     ProviderRequest {
+        response_schema: None,
         model: "gpt-4o-mini".into(),
         system: "be brief".into(),
         messages: Arc::new(messages),
@@ -61,6 +62,8 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             description: "Weather for a city".into(),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         }]),
+        max_tokens: None,
+        temperature: None,
     }
 }
 
@@ -429,7 +432,12 @@ async fn malformed_tool_arguments_become_an_error_result_in_a_real_turn() {
         events: sink,
         cancel: CancellationToken::new(),
         memory: weft_core::AgentMemory::new(),
+        user_id: std::sync::Arc::from("tester"),
         workspace_root: None,
+        recorder: std::sync::Arc::new(weft_core::NoRecord),
+        planner: None,
+        context_window: 128_000,
+        artifacts: None,
     };
     let outcome = weft_core::run_classic_turn(spec).await;
     assert_eq!(outcome.end, weft_core::TurnEnd::Completed);
@@ -478,4 +486,31 @@ impl weft_core::Tool for Weather {
     ) -> Result<String, weft_core::ToolError> {
         Ok("sunny".into())
     }
+}
+
+#[test]
+fn the_per_response_token_cap_is_sent_under_the_name_each_model_takes() {
+    let mut req = request(vec![ChatMessage::user("hi")]);
+    assert!(weft_providers::openai::request_body(&req)
+        .get("max_tokens")
+        .is_none());
+    req.temperature = Some(0.2);
+    assert_eq!(
+        weft_providers::openai::request_body(&req)["temperature"],
+        0.2
+    );
+    req.max_tokens = Some(256);
+    assert_eq!(
+        weft_providers::openai::request_body(&req)["max_tokens"],
+        256
+    );
+    req.model = "o3-mini".into();
+    let body = weft_providers::openai::request_body(&req);
+    assert_eq!(
+        (
+            body["max_completion_tokens"].as_u64(),
+            body.get("max_tokens")
+        ),
+        (Some(256), None)
+    );
 }

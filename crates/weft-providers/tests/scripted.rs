@@ -13,10 +13,13 @@ use weft_providers::ScriptedProvider;
 
 fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
     ProviderRequest {
+        response_schema: None,
         model: "m".into(),
         system: "s".into(),
         messages: Arc::new(messages),
         tools: Arc::from([]),
+        max_tokens: None,
+        temperature: None,
     }
 }
 

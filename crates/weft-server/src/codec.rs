@@ -1,8 +1,8 @@
-//! Frame encoding: JSON text frames, or MessagePack binary frames with the same shapes.
+//! Frame decoding (JSON text frames, or MessagePack binary frames with the same shapes) and
+//! MessagePack encoding of an already-encoded JSON frame.
 
-use axum::extract::ws::Message;
+use axum::body::Bytes;
 use serde_json::Value;
-use weft_protocol::ServerFrame;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
@@ -18,13 +18,8 @@ pub fn decode_msgpack(bytes: &[u8]) -> Result<Value, String> {
     rmp_serde::from_slice(bytes).map_err(|e| format!("frame is not valid MessagePack: {e}"))
 }
 
-pub fn encode(frame: &ServerFrame, wire: Wire) -> Option<Message> {
-    match wire {
-        Wire::Json => serde_json::to_string(frame)
-            .ok()
-            .map(|s| Message::Text(s.into())),
-        Wire::MsgPack => rmp_serde::to_vec_named(frame)
-            .ok()
-            .map(|b| Message::Binary(b.into())),
-    }
+/// The MessagePack form of a JSON frame (same shape, named fields).
+pub fn json_to_msgpack(json: &str) -> Bytes {
+    let value: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    Bytes::from(rmp_serde::to_vec_named(&value).unwrap_or_default())
 }

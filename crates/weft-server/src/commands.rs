@@ -8,13 +8,17 @@ use weft_protocol::{
     decode_inbound, ApprovalDecision, ChatMessageData, ClientCommand, ControlFrame, ErrorCode,
     InboundFrame, ServerEvent, ServerFrame,
 };
-use weft_store::ThreadRow;
+use weft_protocol::{echo, PermissionMode};
+use weft_store::WriteOp;
 
 use crate::auth::User;
 use crate::connection::detach_orphans;
+use crate::outbox::{Outbox, SharedFrame};
+use crate::persist::to_wire;
 use crate::runner;
 use crate::state::AppState;
-use crate::threads::{ConnId, Outbound, OutboundTx};
+use crate::threads::{ConnId, ThreadRuntime};
+use crate::trace::{root_text, tree_from_items};
 
 /// A refusal: the code and a message for people.
 pub type Refusal = (ErrorCode, String);
@@ -23,7 +27,7 @@ pub struct Connection {
     pub state: Arc<AppState>,
     pub user: User,
     pub id: ConnId,
-    pub tx: OutboundTx,
+    pub outbox: Outbox,
 }
 
 /// Where a chat frame goes (seed 000's order).
@@ -50,9 +54,8 @@ pub fn route(data: &ChatMessageData) -> Route {
 
 impl Connection {
     pub fn send(&self, event: ServerEvent) {
-        let _ = self
-            .tx
-            .send(Outbound::Frame(Arc::new(ServerFrame::bare(event))));
+        self.outbox
+            .send(SharedFrame::encode(&ServerFrame::bare(event)));
     }
 
     pub fn error(&self, code: ErrorCode, message: impl Into<String>, request_id: Option<String>) {
@@ -99,10 +102,7 @@ impl Connection {
                     tracing::debug!("ignoring deprecated agent_mode/tools/collections");
                 }
                 match route(&data) {
-                    Route::Workflow => Err((
-                        ErrorCode::UnsupportedRoute,
-                        "running saved workflows is not available on this server yet".into(),
-                    )),
+                    Route::Workflow => crate::workflow_run::start(self, data).await,
                     Route::Media => Err((
                         ErrorCode::UnsupportedRoute,
                         "media generation is not available on this server yet".into(),
@@ -111,31 +111,26 @@ impl Connection {
                 }
             }
             ClientCommand::Stop(stop) => {
-                self.owned_thread(&stop.thread_id).await?;
-                if let Some(runtime) = self.state.hub.get(&stop.thread_id) {
-                    runtime.stop();
-                }
+                self.owned_runtime(&stop.thread_id).await?.stop();
                 Ok(())
             }
             ClientCommand::SetPermissionMode(change) => {
-                let row = self.owned_thread(&change.thread_id).await?;
+                let runtime = self.owned_runtime(&change.thread_id).await?;
                 let mode = change.permission_mode;
-                let runtime = self.state.hub.get_or_insert(&row.id, &row.owner, mode);
                 runtime.gate.set_mode(mode);
+                // Queued behind the thread's own creation, which may still be in flight.
                 self.state
                     .store
-                    .set_thread_mode(&row.id, mode.as_str())
+                    .write(WriteOp::SetThreadMode {
+                        id: runtime.id.to_string(),
+                        mode: mode.as_str().to_owned(),
+                    })
                     .await
                     .map_err(internal)?;
                 Ok(())
             }
             ClientCommand::ResumeChat(resume) => {
-                let row = self.owned_thread(&resume.thread_id).await?;
-                let mode =
-                    weft_protocol::PermissionMode::parse(&row.permission_mode).unwrap_or_default();
-                let runtime = self.state.hub.get_or_insert(&row.id, &row.owner, mode);
-                runtime.resume(self.id, self.tx.clone(), resume.last_seq);
-                Ok(())
+                self.resume(&resume.thread_id, resume.last_seq).await
             }
         }
     }
@@ -158,12 +153,15 @@ impl Connection {
             }
             ControlFrame::ToolResult { tool_call_id, .. } => Err((
                 ErrorCode::InvalidField,
-                format!("no client-run tool call `{tool_call_id}` is pending"),
+                format!(
+                    "no client-run tool call `{}` is pending",
+                    echo(&tool_call_id)
+                ),
             )),
         }
     }
 
-    fn answer_approval(
+    pub(crate) fn answer_approval(
         &self,
         tool_call_id: &str,
         decision: ApprovalDecision,
@@ -171,7 +169,7 @@ impl Connection {
         let not_pending = || {
             (
                 ErrorCode::InvalidField,
-                format!("no approval `{tool_call_id}` is pending"),
+                format!("no approval `{}` is pending", echo(tool_call_id)),
             )
         };
         let thread_id = self
@@ -193,18 +191,93 @@ impl Connection {
         }
     }
 
-    /// The thread, if it exists and belongs to this user.
-    pub async fn owned_thread(&self, thread_id: &str) -> Result<ThreadRow, Refusal> {
+    /// Replay what the client missed of a turn in memory (after the stored snapshot when it
+    /// missed more than is kept), then follow it live. With no turn in memory, answer from
+    /// the store: the thread's last assistant message and `chunk {done: true}`.
+    pub(crate) async fn resume(&self, thread_id: &str, last_seq: u64) -> Result<(), Refusal> {
+        let runtime = self.owned_runtime(thread_id).await?;
+        let store = &self.state.store;
+        let (missed, active) = runtime.missed(last_seq);
+        if active || !missed.frames.is_empty() || missed.needs_snapshot {
+            let snapshot = match runtime.active_message().filter(|_| missed.needs_snapshot) {
+                Some(message_id) => self.snapshot(&runtime.id, &message_id).await?,
+                None => None,
+            };
+            runtime.resume(self.id, self.outbox.clone(), last_seq, snapshot);
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        if let Some(message) = store
+            .last_assistant_message(&runtime.id)
+            .await
+            .map_err(internal)?
+        {
+            events.push(ServerEvent::Message {
+                message: to_wire(&message),
+            });
+        }
+        events.push(ServerEvent::Chunk {
+            content: String::new(),
+            done: true,
+            parent_id: None,
+            depth: 0,
+        });
+        runtime.send_to(&self.outbox, last_seq, events);
+        runtime.subscribe(self.id, self.outbox.clone());
+        Ok(())
+    }
+
+    /// A running turn as stored so far: its text and its tree rebuilt from the record.
+    async fn snapshot(
+        &self,
+        thread_id: &str,
+        message_id: &str,
+    ) -> Result<Option<ServerEvent>, Refusal> {
+        let store = &self.state.store;
+        let Some(mut message) = store
+            .message(thread_id, message_id)
+            .await
+            .map_err(internal)?
+        else {
+            return Ok(None);
+        };
+        let items = store
+            .turn_items(thread_id, message_id)
+            .await
+            .map_err(internal)?;
+        message.content = serde_json::json!(root_text(&items));
+        message.execution_tree = Some(std::sync::Arc::new(tree_from_items(&items)));
+        Ok(Some(ServerEvent::Message {
+            message: to_wire(&message),
+        }))
+    }
+
+    /// The live runtime of a thread this user owns. A thread in memory is authoritative (its
+    /// creation may not be committed yet); otherwise it is read from the store.
+    pub async fn owned_runtime(&self, thread_id: &str) -> Result<Arc<ThreadRuntime>, Refusal> {
+        let forbidden = || {
+            (
+                ErrorCode::Forbidden,
+                "that thread belongs to another user".to_owned(),
+            )
+        };
+        if let Some(runtime) = self.state.hub.get(thread_id) {
+            return if runtime.owner == self.user.id {
+                Ok(runtime)
+            } else {
+                Err(forbidden())
+            };
+        }
         match self.state.store.thread(thread_id).await.map_err(internal)? {
             None => Err((
                 ErrorCode::ThreadNotFound,
                 format!("no thread `{thread_id}`"),
             )),
-            Some(row) if row.owner != self.user.id => Err((
-                ErrorCode::Forbidden,
-                "that thread belongs to another user".into(),
-            )),
-            Some(row) => Ok(row),
+            Some(row) if row.owner != self.user.id => Err(forbidden()),
+            Some(row) => {
+                let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
+                Ok(self.state.hub.get_or_insert(&row.id, &row.owner, mode))
+            }
         }
     }
 }

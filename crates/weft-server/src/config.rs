@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use weft_core::RateCard;
+use weft_core::{ContextWindows, RateCard};
 use weft_protocol::AgentConfig;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -16,9 +16,60 @@ pub struct Config {
     pub providers: ProvidersConfig,
     pub policy: PolicyConfig,
     pub auth: AuthConfig,
+    pub limits: crate::limits::LimitsConfig,
     pub agent: AgentConfig,
     /// Extra or overriding model prices (USD per million tokens).
     pub pricing: RateCard,
+    /// Extra or overriding model context windows (tokens), beside the prices.
+    pub context_windows: ContextWindows,
+    pub assets: AssetsConfig,
+    /// Code mode's sandbox limits.
+    pub code: weft_codemode::Limits,
+    pub workflow: WorkflowConfig,
+}
+
+/// How workflow runs are bounded (beyond the turn's budget they run under).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct WorkflowConfig {
+    /// Nodes of one run running at once.
+    pub max_parallel_nodes: usize,
+    /// How long one node may run (tool nodes keep the tool timeout).
+    pub node_timeout_ms: u64,
+}
+
+impl Default for WorkflowConfig {
+    fn default() -> Self {
+        WorkflowConfig {
+            max_parallel_nodes: 8,
+            node_timeout_ms: 60_000,
+        }
+    }
+}
+
+impl WorkflowConfig {
+    pub fn limits(&self) -> weft_workflow::RunLimits {
+        weft_workflow::RunLimits {
+            max_parallel: self.max_parallel_nodes.max(1),
+            node_timeout: std::time::Duration::from_millis(self.node_timeout_ms),
+        }
+    }
+}
+
+/// Where asset bytes (offloaded tool results, media) are kept.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct AssetsConfig {
+    /// A local directory (created if missing).
+    pub dir: PathBuf,
+}
+
+impl Default for AssetsConfig {
+    fn default() -> Self {
+        AssetsConfig {
+            dir: PathBuf::from("data/assets"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -35,7 +86,39 @@ pub struct ServerConfig {
     pub auth_recheck_ms: u64,
     /// How long a finished turn's frames stay available to `resume_chat`.
     pub replay_retention_ms: u64,
+    /// Bytes of frames a turn keeps for `resume_chat` (older ones go; a client resuming from
+    /// before them gets the stored snapshot).
+    pub replay_max_bytes: usize,
+    /// A client whose unsent frames pass this many bytes is disconnected (close 1013).
+    pub max_outbound_bytes: usize,
+    /// A client whose socket takes no data for this long is disconnected (close 1013).
+    pub write_timeout_ms: u64,
+    /// Most sockets open at once (websockets included); unset: the process's file limit
+    /// minus a reserve for the database and files.
+    pub max_connections: Option<usize>,
+    /// A request head must arrive within this long of the connection (or of the previous
+    /// request on a kept-alive connection).
+    pub header_timeout_ms: u64,
 }
+
+impl ServerConfig {
+    /// The connection cap in force.
+    pub fn connection_cap(&self) -> usize {
+        self.max_connections.unwrap_or_else(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit only writes the struct it is given.
+            let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+            let descriptors = if ok { limit.rlim_cur as usize } else { 1024 };
+            descriptors.saturating_sub(RESERVED_DESCRIPTORS).max(16)
+        })
+    }
+}
+
+/// File descriptors kept free for the database pool, the listener, files and logs.
+const RESERVED_DESCRIPTORS: usize = 64;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -47,6 +130,11 @@ impl Default for ServerConfig {
             shutdown_timeout_ms: 30_000,
             auth_recheck_ms: 25_000,
             replay_retention_ms: 300_000,
+            replay_max_bytes: 1 << 20,
+            max_outbound_bytes: 8 << 20,
+            write_timeout_ms: 30_000,
+            max_connections: None,
+            header_timeout_ms: 10_000,
         }
     }
 }
@@ -55,12 +143,16 @@ impl Default for ServerConfig {
 #[serde(default)]
 pub struct DatabaseConfig {
     pub url: String,
+    /// SQLite durability: `normal` (WAL; survives a crashed or killed process, a power loss
+    /// may lose the last commits) or `full` (fsync on every commit).
+    pub sqlite_synchronous: String,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
         DatabaseConfig {
             url: "sqlite://data/weft.db".to_owned(),
+            sqlite_synchronous: "normal".to_owned(),
         }
     }
 }
@@ -129,6 +221,8 @@ pub struct PolicyConfig {
     pub allow_private_network: bool,
     /// Opt in to `secrets`-class tools.
     pub allow_secrets: bool,
+    /// Every user works in `workspace_root` itself instead of `workspace_root/<user>`.
+    pub shared_workspace: bool,
 }
 
 impl Default for PolicyConfig {
@@ -137,6 +231,7 @@ impl Default for PolicyConfig {
             workspace_root: PathBuf::from("workspace"),
             allow_private_network: false,
             allow_secrets: false,
+            shared_workspace: false,
         }
     }
 }
@@ -154,6 +249,14 @@ pub struct ApiKeyEntry {
 }
 
 #[derive(Debug, thiserror::Error)]
+pub enum StrictError {
+    #[error(transparent)]
+    Parse(toml::de::Error),
+    #[error("unknown key `{0}`")]
+    Unknown(String),
+}
+
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}: {source}")]
     Read {
@@ -165,6 +268,8 @@ pub enum ConfigError {
         path: String,
         source: toml::de::Error,
     },
+    #[error("config {path}: unknown key `{key}`")]
+    UnknownKey { path: String, key: String },
     #[error("config is not valid: {0}")]
     Invalid(String),
 }
@@ -180,26 +285,86 @@ impl Config {
             None => Config::default(),
         };
         config.apply_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
-        config
-            .agent
-            .validate()
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        config.validate()?;
         Ok(config)
     }
 
+    /// SQLite durability (validated at load).
+    pub fn sqlite_sync(&self) -> weft_store::SqliteSync {
+        weft_store::SqliteSync::parse(&self.database.sqlite_synchronous).unwrap_or_default()
+    }
+
+    /// Read a config file. A key Weft does not know is an error naming it (a typo would
+    /// otherwise silently keep a default); `agent.max_tokens`, which used to be the
+    /// cumulative token budget, is taken with a warning.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
+            path: shown.clone(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
-            path: path.display().to_string(),
-            source,
+        if toml::from_str::<toml::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("agent")?.get("max_tokens").cloned())
+            .is_some()
+        {
+            tracing::warn!(
+                config = %shown,
+                "agent.max_tokens now caps each model response; the cumulative token budget of a turn is agent.max_turn_tokens"
+            );
+        }
+        Self::from_toml_strict(&text).map_err(|e| match e {
+            StrictError::Parse(source) => ConfigError::Parse {
+                path: shown.clone(),
+                source,
+            },
+            StrictError::Unknown(key) => ConfigError::UnknownKey {
+                path: shown.clone(),
+                key,
+            },
         })
     }
 
+    /// Parse TOML, ignoring unknown keys (for tests and embedding).
     pub fn from_toml(text: &str) -> Result<Config, toml::de::Error> {
         toml::from_str(text)
+    }
+
+    /// Parse TOML; the first unknown key is an error.
+    pub fn from_toml_strict(text: &str) -> Result<Config, StrictError> {
+        let mut unknown = Vec::new();
+        let deserializer = toml::Deserializer::new(text);
+        let config: Config = serde_ignored::deserialize(deserializer, |path| {
+            unknown.push(path.to_string());
+        })
+        .map_err(StrictError::Parse)?;
+        match unknown.into_iter().next() {
+            Some(key) => Err(StrictError::Unknown(key)),
+            None => Ok(config),
+        }
+    }
+
+    /// Values that are wrong whatever the rest: user names must be identifiers (they name
+    /// workspace directories), durability must be known.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.agent
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if weft_store::SqliteSync::parse(&self.database.sqlite_synchronous).is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "database.sqlite_synchronous must be \"normal\" or \"full\", got {:?}",
+                self.database.sqlite_synchronous
+            )));
+        }
+        for entry in &self.auth.api_keys {
+            if !weft_protocol::is_identifier(&entry.user) {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.api_keys: user {:?} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+                    weft_protocol::clip(&entry.user, 64)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Environment overrides (PROTOCOL.md); `env` is a lookup so tests can pass their own.
@@ -309,6 +474,50 @@ mod tests {
             .map(|k| (k.key.as_str(), k.user.as_str()))
             .collect();
         assert_eq!(keys, vec![("k1", "alice"), ("k2", "bob")]);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key() {
+        for (text, key) in [
+            ("[server]\nbnid = \"x\"", "server.bnid"),
+            ("[agent]\nmax_toolcalls = 3", "agent.max_toolcalls"),
+            ("[sever]\nbind = \"x\"", "sever"),
+            (
+                "[auth]\napi_keys = [{ key = \"k\", usr = \"a\", user = \"a\" }]",
+                "auth.api_keys.0.usr",
+            ),
+        ] {
+            match Config::from_toml_strict(text) {
+                Err(StrictError::Unknown(k)) => assert_eq!(k, key),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weft.toml");
+        std::fs::write(&path, "[policy]\nworkspace_rot = \"w\"\n").unwrap();
+        let e = Config::from_file(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("weft.toml") && e.contains("policy.workspace_rot"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn user_names_must_be_identifiers() {
+        let mut config = Config::default();
+        config.auth.api_keys = vec![ApiKeyEntry {
+            key: "k".into(),
+            user: "../etc".into(),
+        }];
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn the_shipped_default_config_loads() {
+        let config =
+            Config::from_toml_strict(include_str!("../../../config/default.toml")).unwrap();
+        assert_eq!(config.server.bind, "127.0.0.1:8080");
+        assert_eq!(config.database.sqlite_synchronous, "normal");
     }
 
     #[test]

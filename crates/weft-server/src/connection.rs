@@ -1,7 +1,9 @@
 //! One websocket connection: a reader that decodes and handles frames, and a writer that
-//! encodes outbound frames (in the format the client last used), pings, and closes.
+//! takes every frame already queued, writes them in the format the client last used, and
+//! flushes once. A client that stops reading (queue over its byte bound, or a write stalled
+//! past the timeout) or stops answering pings is disconnected; its turns keep running.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,18 +11,22 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use crate::auth::{authenticate, User};
-use crate::codec::{decode_json, decode_msgpack, encode, Wire};
+use crate::codec::{decode_json, decode_msgpack, Wire};
 use crate::commands::Connection;
+use crate::outbox::{Outbound, Outbox, OutboxState};
 use crate::state::AppState;
-use crate::threads::Outbound;
 
-pub const CLOSE_TOO_BIG: u16 = 1009;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
+pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+pub const CLOSE_INVALID_DATA: u16 = 1007;
+pub const CLOSE_TOO_BIG: u16 = 1009;
+pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 pub const CLOSE_KEY_REVOKED: u16 = 4001;
 
 #[derive(Debug, Deserialize)]
@@ -39,61 +45,49 @@ pub async fn ws_handler(
         Ok(user) => user,
         Err(status) => return status.into_response(),
     };
-    let limit = state.config.server.max_frame_bytes;
+    let server = &state.config.server;
+    let limit = server.max_frame_bytes;
     // tungstenite's own cap sits above ours, so an oversize frame reaches us and gets 1009.
     let hard_cap = limit.saturating_mul(2).max(limit + 64 * 1024);
     upgrade
-        // Small socket buffers keep an idle connection cheap; frames are flushed as sent.
+        // Small read buffer keeps an idle connection cheap; writes are batched by the writer
+        // (fed, then flushed once) and bounded like the queue in front of them.
         .read_buffer_size(4 * 1024)
-        .write_buffer_size(0)
+        .write_buffer_size(WRITE_BATCH_BYTES)
+        .max_write_buffer_size(server.max_outbound_bytes.max(WRITE_BATCH_BYTES * 2))
         .max_message_size(hard_cap)
         .max_frame_size(hard_cap)
         .on_upgrade(move |socket| run(state, user, socket))
 }
 
+/// tungstenite writes to the socket once this much is buffered, else on flush. Its buffer
+/// keeps its size per connection, so this stays small.
+const WRITE_BATCH_BYTES: usize = 8 * 1024;
+
 async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
     let conn_id = state.next_conn_id();
     state.metrics.open_sockets.inc();
-    let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Outbound>();
+    let (sink, mut stream) = socket.split();
+    let (outbox, rx) = Outbox::new(state.config.server.max_outbound_bytes);
     let binary = Arc::new(AtomicBool::new(false));
+    let last_heard = Arc::new(AtomicU64::new(0));
+    let clock = tokio::time::Instant::now();
 
-    let ping_every = Duration::from_millis(state.config.server.ping_interval_ms.max(10));
-    let writer_binary = binary.clone();
-    let writer = async move {
-        let mut ping =
-            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-        loop {
-            tokio::select! {
-                out = rx.recv() => match out {
-                    Some(Outbound::Frame(frame)) => {
-                        let wire = if writer_binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
-                        let Some(message) = encode(&frame, wire) else { continue };
-                        if sink.send(message).await.is_err() {
-                            break;
-                        }
-                    }
-                    Some(Outbound::Close(code, reason)) => {
-                        let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
-                        break;
-                    }
-                    None => break,
-                },
-                _ = ping.tick() => {
-                    if sink.send(Message::Ping(Default::default())).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = sink.close().await;
-    };
+    let writer = write_loop(
+        state.clone(),
+        sink,
+        rx,
+        outbox.state().clone(),
+        binary.clone(),
+        last_heard.clone(),
+        clock,
+    );
 
     let conn = Connection {
         state: state.clone(),
         user,
         id: conn_id,
-        tx: tx.clone(),
+        outbox: outbox.clone(),
     };
     let limit = state.config.server.max_frame_bytes;
     let recheck_every = Duration::from_millis(state.config.server.auth_recheck_ms.max(10));
@@ -102,38 +96,41 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
             tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
         loop {
             tokio::select! {
-                message = stream.next() => match message {
-                    None | Some(Ok(Message::Close(_))) => break,
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "websocket read failed");
-                        let _ = conn.tx.send(Outbound::Close(CLOSE_TOO_BIG, "frame too large or malformed".into()));
-                        break;
-                    }
-                    Some(Ok(Message::Text(text))) => {
-                        if text.len() > limit {
-                            let _ = conn.tx.send(Outbound::Close(CLOSE_TOO_BIG, format!("frame over {limit} bytes")));
+                message = stream.next() => {
+                    last_heard.store(clock.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    match message {
+                        None | Some(Ok(Message::Close(_))) => break,
+                        Some(Err(e)) => {
+                            let (code, reason) = close_for(e);
+                            conn.outbox.close(code, reason);
                             break;
                         }
-                        binary.store(false, Ordering::Relaxed);
-                        conn.handle(decode_json(&text)).await;
-                    }
-                    Some(Ok(Message::Binary(bytes))) => {
-                        if bytes.len() > limit {
-                            let _ = conn.tx.send(Outbound::Close(CLOSE_TOO_BIG, format!("frame over {limit} bytes")));
-                            break;
+                        Some(Ok(Message::Text(text))) => {
+                            if text.len() > limit {
+                                conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
+                                break;
+                            }
+                            binary.store(false, Ordering::Relaxed);
+                            conn.handle(decode_json(&text)).await;
                         }
-                        binary.store(true, Ordering::Relaxed);
-                        conn.handle(decode_msgpack(&bytes)).await;
+                        Some(Ok(Message::Binary(bytes))) => {
+                            if bytes.len() > limit {
+                                conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
+                                break;
+                            }
+                            binary.store(true, Ordering::Relaxed);
+                            conn.handle(decode_msgpack(&bytes)).await;
+                        }
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                     }
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 },
                 () = conn.state.shutdown.cancelled() => {
-                    let _ = conn.tx.send(Outbound::Close(CLOSE_GOING_AWAY, "server shutting down".into()));
+                    conn.outbox.close(CLOSE_GOING_AWAY, "server shutting down");
                     break;
                 }
                 _ = recheck.tick() => {
                     if !conn.key_still_valid().await {
-                        let _ = conn.tx.send(Outbound::Close(CLOSE_KEY_REVOKED, "api key revoked".into()));
+                        conn.outbox.close(CLOSE_KEY_REVOKED, "api key revoked");
                         break;
                     }
                 }
@@ -142,7 +139,7 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
         conn.detach();
     };
 
-    drop(tx);
+    drop(outbox);
     tokio::pin!(writer);
     tokio::select! {
         () = &mut writer => {}
@@ -154,6 +151,123 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
     // Idempotent: covers a writer that ended first.
     detach_orphans(&state, conn_id);
     state.metrics.open_sockets.dec();
+}
+
+/// The close code a read error deserves: invalid UTF-8 1007, oversize 1009, any other
+/// protocol violation 1002.
+fn close_for(error: axum::Error) -> (u16, String) {
+    let inner = error.into_inner();
+    tracing::debug!(error = %inner, "websocket read failed");
+    match inner.downcast_ref::<tungstenite::Error>() {
+        Some(tungstenite::Error::Utf8(_)) => {
+            (CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame".into())
+        }
+        Some(tungstenite::Error::Capacity(_)) => (CLOSE_TOO_BIG, "frame too large".into()),
+        _ if inner.downcast_ref::<std::str::Utf8Error>().is_some() => {
+            (CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame".into())
+        }
+        _ => (CLOSE_PROTOCOL_ERROR, "websocket protocol violation".into()),
+    }
+}
+
+type Sink = SplitSink<WebSocket, Message>;
+
+/// Most frames written before one flush.
+const FRAMES_PER_BATCH: usize = 32;
+
+/// Write queued frames in batches (one flush per batch), ping, and drop clients that stop
+/// reading or answering.
+async fn write_loop(
+    state: Arc<AppState>,
+    mut sink: Sink,
+    mut rx: mpsc::UnboundedReceiver<Outbound>,
+    queue: Arc<OutboxState>,
+    binary: Arc<AtomicBool>,
+    last_heard: Arc<AtomicU64>,
+    clock: tokio::time::Instant,
+) {
+    let server = &state.config.server;
+    let ping_every = Duration::from_millis(server.ping_interval_ms.max(10));
+    let write_timeout = Duration::from_millis(server.write_timeout_ms.max(1));
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+    let mut batch = Vec::with_capacity(FRAMES_PER_BATCH);
+    loop {
+        tokio::select! {
+            biased;
+            () = queue.overflow.notified() => {
+                tracing::info!(queued = queue.queued(), "closing a connection that stopped reading");
+                state.metrics.slow_clients.inc();
+                close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "outbound queue full").await;
+                return;
+            }
+            received = rx.recv_many(&mut batch, FRAMES_PER_BATCH) => {
+                if received == 0 {
+                    break;
+                }
+                let wire = if binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
+                let mut close = None;
+                let mut bytes = 0;
+                let written = tokio::time::timeout(write_timeout, async {
+                    for out in batch.drain(..) {
+                        match out {
+                            Outbound::Frame(frame) => {
+                                bytes += frame.len();
+                                sink.feed(frame.message(wire)).await?;
+                            }
+                            Outbound::Close(code, reason) => {
+                                close = Some((code, reason));
+                                break;
+                            }
+                        }
+                    }
+                    sink.flush().await
+                })
+                .await;
+                queue.taken(bytes);
+                batch.clear();
+                match written {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        tracing::info!("closing a connection whose writes stalled");
+                        state.metrics.slow_clients.inc();
+                        close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "write timed out").await;
+                        return;
+                    }
+                }
+                if let Some((code, reason)) = close {
+                    close_now(&mut sink, code, &reason).await;
+                    return;
+                }
+            }
+            _ = ping.tick() => {
+                let silent = clock.elapsed().saturating_sub(Duration::from_millis(last_heard.load(Ordering::Relaxed)));
+                if silent > ping_every * 2 + ping_every / 2 {
+                    tracing::info!(?silent, "closing a connection that stopped answering pings");
+                    close_now(&mut sink, CLOSE_GOING_AWAY, "no pong").await;
+                    return;
+                }
+                let pinged = tokio::time::timeout(write_timeout, sink.send(Message::Ping(Default::default()))).await;
+                if !matches!(pinged, Ok(Ok(()))) {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+}
+
+/// Send a close frame if the socket takes it within a second, then give up on it.
+async fn close_now(sink: &mut Sink, code: u16, reason: &str) {
+    let frame = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        sink.send(frame).await?;
+        sink.close().await
+    })
+    .await;
 }
 
 /// Unsubscribe a closed connection; turns it leaves with nobody listening keep running for

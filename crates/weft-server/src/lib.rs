@@ -1,27 +1,41 @@
 //! Weft's server: `/ws` (one actor per connection), routing of chat frames, turns with
 //! live approvals and replay, REST, metrics, and a graceful shutdown that persists turns.
 
+pub mod agents;
+pub mod assets;
+pub mod audit;
 pub mod auth;
 pub mod codec;
 pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod history;
+pub mod limits;
+pub mod listener;
 pub mod metrics;
+pub mod outbox;
 pub mod persist;
+pub mod prompt_view;
+pub mod prompts_api;
 pub mod providers;
+pub mod read_artifact;
+pub mod record;
+pub mod recovery;
+pub mod replay;
 pub mod rest;
 pub mod runner;
 pub mod state;
 pub mod threads;
+pub mod trace;
 pub mod web;
+pub mod workflow_run;
+pub mod workflows;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 
@@ -34,7 +48,39 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/ws", get(connection::ws_handler))
         .route("/threads", get(rest::list_threads))
         .route("/threads/{id}/messages", get(rest::thread_messages))
+        .route("/threads/{id}/items", get(rest::thread_items))
+        .route(
+            "/threads/{id}/messages/{message_id}/trace",
+            get(rest::message_trace),
+        )
         .route("/threads/{id}", axum::routing::delete(rest::delete_thread))
+        .route("/agents", get(agents::list).post(agents::create))
+        .route(
+            "/agents/{name}",
+            get(agents::get).put(agents::replace).delete(agents::delete),
+        )
+        .route("/assets/{id}", get(assets::serve))
+        .route("/modes", get(rest::modes))
+        .route("/node-types", get(workflows::node_types))
+        .route("/workflows", get(workflows::list).post(workflows::create))
+        .route(
+            "/workflows/{id}",
+            get(workflows::get)
+                .put(workflows::replace)
+                .delete(workflows::delete),
+        )
+        .route("/workflows/{id}/runs", axum::routing::post(workflows::run))
+        .route("/prompt", axum::routing::post(prompts_api::create))
+        .route("/prompts/{id}", get(prompts_api::get))
+        .route("/prompts/{id}/events", get(prompts_api::events))
+        .route(
+            "/prompts/{id}/approve",
+            axum::routing::post(prompts_api::approve),
+        )
+        .route(
+            "/prompts/{id}/reject",
+            axum::routing::post(prompts_api::reject),
+        )
         .route("/healthz", get(rest::healthz))
         .route("/metrics", get(rest::metrics))
         .merge(web::routes())
@@ -50,23 +96,21 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    tracing::info!("listening on {addr}");
+    let limits = listener::Limits {
+        max_connections: state.config.server.connection_cap(),
+        header_timeout: Duration::from_millis(state.config.server.header_timeout_ms),
+    };
+    tracing::info!(
+        max_connections = limits.max_connections,
+        "listening on {addr}"
+    );
     let token = state.shutdown.clone();
     tokio::spawn(janitor(state.clone()));
-    // Frames are small and flushed one by one: without TCP_NODELAY, Nagle and delayed ACKs
-    // add tens of milliseconds per exchange.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: no new connections");
-            token.cancel();
-        })
-        .await?;
+    listener::accept(listener, router(state.clone()), limits, async move {
+        shutdown.await;
+        token.cancel();
+    })
+    .await;
     drain_turns(&state).await;
     state.store.close().await;
     Ok(())
@@ -81,6 +125,7 @@ async fn janitor(state: Arc<AppState>) {
         tokio::select! {
             () = state.shutdown.cancelled() => return,
             _ = tick.tick() => {
+                state.limits.sweep();
                 let dropped = state.hub.sweep(retention);
                 if dropped > 0 {
                     tracing::debug!(dropped, "forgot idle threads");

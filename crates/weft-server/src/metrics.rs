@@ -5,6 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -22,6 +23,11 @@ pub struct CodeLabel {
     pub code: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub turns: Family<EndLabel, Counter>,
@@ -31,6 +37,28 @@ pub struct Metrics {
     pub errors: Family<CodeLabel, Counter>,
     pub open_sockets: Gauge,
     pub active_turns: Gauge,
+    /// Connections dropped for not reading (queue full or write stalled).
+    pub slow_clients: Counter,
+    /// Database commits by the writer, by outcome.
+    pub commits: Family<OutcomeLabel, Counter>,
+    /// Ops (a turn's start, a round of its record, its end, an approval…) per commit.
+    pub batch_ops: Histogram,
+    /// Rows per commit.
+    pub batch_rows: Histogram,
+    pub commit_seconds: Histogram,
+}
+
+impl weft_store::WriteObserver for Metrics {
+    fn committed(&self, ops: usize, rows: usize, elapsed: std::time::Duration, ok: bool) {
+        self.commits
+            .get_or_create(&OutcomeLabel {
+                outcome: if ok { "ok" } else { "failed" }.into(),
+            })
+            .inc();
+        self.batch_ops.observe(ops as f64);
+        self.batch_rows.observe(rows as f64);
+        self.commit_seconds.observe(elapsed.as_secs_f64());
+    }
 }
 
 impl Default for Metrics {
@@ -43,6 +71,18 @@ impl Default for Metrics {
         let errors = Family::<CodeLabel, Counter>::default();
         let open_sockets = Gauge::default();
         let active_turns = Gauge::default();
+        let slow_clients = Counter::default();
+        let commits = Family::<OutcomeLabel, Counter>::default();
+        let sizes = || {
+            Histogram::new([
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+            ])
+        };
+        let batch_ops = sizes();
+        let batch_rows = sizes();
+        let commit_seconds = Histogram::new([
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+        ]);
         registry.register("turns", "Finished turns, by how they ended", turns.clone());
         registry.register("tool_calls", "Tool calls dispatched", tool_calls.clone());
         registry.register("model_calls", "Provider calls made", model_calls.clone());
@@ -54,6 +94,31 @@ impl Default for Metrics {
             open_sockets.clone(),
         );
         registry.register("active_turns", "Turns running now", active_turns.clone());
+        registry.register(
+            "slow_clients",
+            "Connections closed because the client stopped reading",
+            slow_clients.clone(),
+        );
+        registry.register(
+            "store_commits",
+            "Database commits by the writer",
+            commits.clone(),
+        );
+        registry.register(
+            "store_batch_ops",
+            "Writes grouped into one commit",
+            batch_ops.clone(),
+        );
+        registry.register(
+            "store_batch_rows",
+            "Rows written by one commit",
+            batch_rows.clone(),
+        );
+        registry.register(
+            "store_commit_seconds",
+            "Time to write and commit one batch",
+            commit_seconds.clone(),
+        );
         Metrics {
             registry,
             turns,
@@ -63,6 +128,11 @@ impl Default for Metrics {
             errors,
             open_sockets,
             active_turns,
+            slow_clients,
+            commits,
+            batch_ops,
+            batch_rows,
+            commit_seconds,
         }
     }
 }

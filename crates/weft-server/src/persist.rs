@@ -1,12 +1,13 @@
-//! Writing a finished turn: the assistant message with its tree, usage and cost, one audit
-//! row per tool call and per model call.
+//! Writing a turn: its start (thread when new, user message, the assistant message as
+//! `running`) and its end (the assistant message with tree, usage, cost and status, one row
+//! per model call); stored messages in their wire shape.
+
+use std::sync::Arc;
 
 use serde_json::json;
 use weft_core::{TurnEnd, TurnOutcome};
-use weft_protocol::{
-    ExecutionTreeSnapshot, MessageContent, PermissionMode, StoredMessage, ToolResultStatus,
-};
-use weft_store::{now_ms, MessageRow, ModelCallRow, NewMessage, Store, StoreError, ToolCallRow};
+use weft_protocol::{MessageContent, PermissionMode, StoredMessage};
+use weft_store::{now_ms, MessageRow, ModelCallRow, NewMessage, WriteOp};
 
 /// Identifies the turn being written.
 pub struct TurnRecord<'a> {
@@ -14,6 +15,13 @@ pub struct TurnRecord<'a> {
     pub message_id: &'a str,
     pub user_id: &'a str,
     pub permission_mode: PermissionMode,
+    /// The assistant message's place in the thread.
+    pub position: i64,
+    pub started_at: i64,
+    /// The agent the turn runs.
+    pub agent: &'a str,
+    /// The execution mode it runs in.
+    pub mode: &'a str,
 }
 
 pub fn end_status(end: &TurnEnd) -> &'static str {
@@ -27,56 +35,63 @@ pub fn end_status(end: &TurnEnd) -> &'static str {
     }
 }
 
-fn snake<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-pub async fn persist_turn(
-    store: &Store,
-    record: &TurnRecord<'_>,
-    outcome: &TurnOutcome,
-) -> Result<NewMessage, StoreError> {
-    let message = NewMessage {
+/// The assistant message as it stands while the turn runs.
+pub fn running_message(record: &TurnRecord<'_>) -> NewMessage {
+    NewMessage {
         id: record.message_id.to_owned(),
         thread_id: record.thread_id.to_owned(),
         role: "assistant".to_owned(),
-        content: json!(outcome.text),
-        execution_tree: serde_json::to_value(&outcome.tree).ok(),
+        content: json!(""),
+        execution_tree: None,
         permission_mode: Some(record.permission_mode.as_str().to_owned()),
+        status: "running".to_owned(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: 0.0,
+        created_at: record.started_at,
+        position: record.position,
+        metadata: Some(json!({"agent": record.agent, "mode": record.mode}).to_string()),
+    }
+}
+
+/// The write that ends a turn, and the final message as clients see it (both share the
+/// tree, taken from the outcome).
+pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (WriteOp, StoredMessage) {
+    let tree = Arc::new(std::mem::take(&mut outcome.tree));
+    let mut metadata = json!({"agent": record.agent, "mode": record.mode});
+    if let Some(plan) = &outcome.plan {
+        metadata["plan"] = json!(plan);
+    }
+    let message = NewMessage {
+        metadata: Some(metadata.to_string()),
+        content: json!(outcome.text),
+        execution_tree: Some(tree.clone()),
         status: end_status(&outcome.end).to_owned(),
         input_tokens: outcome.totals.input_tokens as i64,
         output_tokens: outcome.totals.output_tokens as i64,
         cost_usd: outcome.totals.cost_usd,
-        created_at: now_ms(),
+        ..running_message(record)
     };
-    let tool_rows: Vec<ToolCallRow> = outcome
-        .tree
-        .nodes
-        .iter()
-        .zip(&outcome.tool_calls)
-        .map(|(node, call)| ToolCallRow {
-            thread_id: record.thread_id.to_owned(),
-            message_id: record.message_id.to_owned(),
-            tool_call_id: node.id.clone(),
-            parent_id: node.parent_id.clone(),
-            depth: i64::from(call.depth),
-            tool: node.name.clone(),
-            arguments: node.args_preview.clone().unwrap_or_default(),
-            result_preview: node.result_preview.clone().unwrap_or_default(),
-            status: snake(&call.status.unwrap_or(ToolResultStatus::Error)),
-            approval_status: snake(&call.approval),
-            started_at: call.started_at,
-            duration_ms: node.duration_ms,
-        })
-        .collect();
+    let wire = StoredMessage {
+        id: message.id.clone(),
+        role: message.role.clone(),
+        content: MessageContent::Text(outcome.text.clone()),
+        permission_mode: Some(record.permission_mode),
+        execution_tree: Some(tree),
+        input_tokens: Some(outcome.totals.input_tokens),
+        output_tokens: Some(outcome.totals.output_tokens),
+        cost_usd: Some(outcome.totals.cost_usd),
+        status: Some(message.status.clone()),
+        metadata: Some(metadata),
+        created_at: rfc3339(message.created_at),
+    };
     let now = now_ms();
-    let model_rows: Vec<ModelCallRow> = outcome
+    let models: Vec<ModelCallRow> = outcome
         .model_calls
         .iter()
-        .map(|c| ModelCallRow {
+        .enumerate()
+        .map(|(i, c)| ModelCallRow {
+            id: format!("{}.m{i}", record.message_id),
             thread_id: record.thread_id.to_owned(),
             message_id: record.message_id.to_owned(),
             user_id: record.user_id.to_owned(),
@@ -91,18 +106,15 @@ pub async fn persist_turn(
             created_at: now,
         })
         .collect();
-    store.record_turn(&message, &tool_rows, &model_rows).await?;
-    Ok(message)
+    (WriteOp::FinishTurn { message, models }, wire)
 }
 
 /// A stored message as clients see it.
 pub fn to_wire(row: &MessageRow) -> StoredMessage {
     let content: MessageContent = serde_json::from_value(row.content.clone())
         .unwrap_or_else(|_| MessageContent::Text(row.content.to_string()));
-    let execution_tree: Option<ExecutionTreeSnapshot> = row
-        .execution_tree
-        .as_ref()
-        .and_then(|t| serde_json::from_value(t.clone()).ok());
+    let execution_tree = row.execution_tree.clone();
+    let assistant = row.role == "assistant";
     StoredMessage {
         id: row.id.clone(),
         role: row.role.clone(),
@@ -112,9 +124,14 @@ pub fn to_wire(row: &MessageRow) -> StoredMessage {
             .as_deref()
             .and_then(PermissionMode::parse),
         execution_tree,
-        input_tokens: (row.role == "assistant").then_some(row.input_tokens as u64),
-        output_tokens: (row.role == "assistant").then_some(row.output_tokens as u64),
-        cost_usd: (row.role == "assistant").then_some(row.cost_usd),
+        input_tokens: assistant.then_some(row.input_tokens as u64),
+        output_tokens: assistant.then_some(row.output_tokens as u64),
+        cost_usd: assistant.then_some(row.cost_usd),
+        status: assistant.then(|| row.status.clone()),
+        metadata: row
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok()),
         created_at: rfc3339(row.created_at),
     }
 }

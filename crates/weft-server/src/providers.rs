@@ -85,7 +85,8 @@ impl Providers {
             .map(|p| (name.to_owned(), p.clone()))
             .ok_or_else(|| {
                 format!(
-                    "provider `{name}` is not available; configured: {}",
+                    "provider `{}` is not available; configured: {}",
+                    weft_protocol::clip(name, 64),
                     self.by_name.keys().cloned().collect::<Vec<_>>().join(", ")
                 )
             })

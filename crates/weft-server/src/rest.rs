@@ -7,20 +7,21 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::auth::{authenticate, User};
 use crate::persist::{rfc3339, to_wire};
 use crate::state::AppState;
+use crate::trace::{thread_record, turn_trace};
 
 #[derive(Debug, Deserialize)]
 pub struct KeyQuery {
     api_key: Option<String>,
 }
 
-type Rest<T> = Result<T, Response>;
+pub type Rest<T> = Result<T, Response>;
 
-fn problem(status: StatusCode, code: &str, message: &str) -> Response {
+pub fn problem(status: StatusCode, code: &str, message: &str) -> Response {
     (
         status,
         Json(json!({"error": {"code": code, "message": message}})),
@@ -28,7 +29,7 @@ fn problem(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
+pub fn internal(e: impl std::fmt::Display) -> Response {
     tracing::error!(error = %e, "REST request failed");
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -37,13 +38,25 @@ fn internal(e: impl std::fmt::Display) -> Response {
     )
 }
 
-async fn user(state: &AppState, headers: &HeaderMap, query: &KeyQuery) -> Rest<User> {
+pub async fn user(state: &AppState, headers: &HeaderMap, query: &KeyQuery) -> Rest<User> {
     authenticate(state, headers, query.api_key.as_deref())
         .await
         .map_err(|status| problem(status, "unauthorized", "a valid API key is required"))
 }
 
 async fn owned(state: &AppState, user: &User, id: &str) -> Rest<()> {
+    // A live thread is authoritative: its creation may still be on its way to the database.
+    if let Some(runtime) = state.hub.get(id) {
+        return if runtime.owner == user.id {
+            Ok(())
+        } else {
+            Err(problem(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "that thread belongs to another user",
+            ))
+        };
+    }
     match state.store.thread(id).await.map_err(internal)? {
         None => Err(problem(
             StatusCode::NOT_FOUND,
@@ -73,6 +86,7 @@ pub async fn list_threads(
                 "id": t.id,
                 "title": t.title,
                 "permission_mode": t.permission_mode,
+                "agent": t.agent.as_deref().unwrap_or(weft_protocol::DEFAULT_AGENT),
                 "created_at": rfc3339(t.created_at),
                 "updated_at": rfc3339(t.updated_at),
                 "active": state.hub.get(&t.id).is_some_and(|r| r.is_active()),
@@ -94,6 +108,59 @@ pub async fn thread_messages(
     Ok(Json(rows.iter().map(to_wire).collect::<Vec<_>>()).into_response())
 }
 
+/// The thread's whole conversation record: user messages, assistant messages with their
+/// tool calls, and tool results, in order.
+pub async fn thread_items(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(q): Query<KeyQuery>,
+) -> Rest<Response> {
+    let user = user(&state, &headers, &q).await?;
+    owned(&state, &user, &id).await?;
+    let messages = state.store.messages(&id).await.map_err(internal)?;
+    let items = state.store.root_items(&id).await.map_err(internal)?;
+    Ok(Json(thread_record(&messages, &items)).into_response())
+}
+
+/// One turn's trace: every response and full result, subtasks nested under their calls.
+pub async fn message_trace(
+    State(state): State<Arc<AppState>>,
+    Path((id, message_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    Query(q): Query<KeyQuery>,
+) -> Rest<Response> {
+    let user = user(&state, &headers, &q).await?;
+    owned(&state, &user, &id).await?;
+    let Some(message) = state
+        .store
+        .message(&id, &message_id)
+        .await
+        .map_err(internal)?
+    else {
+        return Err(problem(
+            StatusCode::NOT_FOUND,
+            "message_not_found",
+            "no such message in this thread",
+        ));
+    };
+    let items = if message.role == "assistant" {
+        state
+            .store
+            .turn_items(&id, &message_id)
+            .await
+            .map_err(internal)?
+    } else {
+        Vec::new()
+    };
+    Ok(Json(json!({
+        "message_id": message.id,
+        "status": message.status,
+        "trace": turn_trace(&items),
+    }))
+    .into_response())
+}
+
 pub async fn delete_thread(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -109,14 +176,45 @@ pub async fn delete_thread(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// `GET /modes`: the execution modes, with how many rounds each allows the server's agent.
+pub async fn modes(State(state): State<Arc<AppState>>) -> Response {
+    let modes: Vec<Value> = state
+        .modes
+        .list()
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m.name(),
+                "display_name": m.display_name(),
+                "max_rounds": m.max_rounds(&state.agent),
+            })
+        })
+        .collect();
+    Json(modes).into_response()
+}
+
+/// Healthy means the database answers and has the schema this build needs.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    match state.store.ping().await {
-        Ok(()) => Json(json!({
+    match state.store.schema_versions().await {
+        Ok((applied, needed)) if applied >= needed => Json(json!({
             "status": "ok",
             "provider": state.providers.default_name(),
             "demo": state.providers.is_demo(),
+            "schema": applied,
         }))
         .into_response(),
+        Ok((applied, needed)) => {
+            tracing::warn!(
+                applied,
+                needed,
+                "health check: the database schema is out of date"
+            );
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "database schema out of date", "schema": applied, "needed": needed})),
+            )
+                .into_response()
+        }
         Err(e) => {
             tracing::warn!(error = %e, "health check: database unavailable");
             (

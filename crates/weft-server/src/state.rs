@@ -7,14 +7,21 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use weft_core::{compose_toolbelt, ModeRegistry, RateCard, ToolPolicy, Toolbelt};
+use weft_core::{
+    compose_toolbelt, prompts, ContextWindows, ModeRegistry, RateCard, ToolPolicy, Toolbelt,
+};
 use weft_protocol::{AgentConfig, ChatContext, PolicyClass};
 use weft_store::Store;
 
+use crate::assets::AssetStore;
 use crate::config::Config;
+use crate::limits::UserLimits;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
+use crate::read_artifact::ReadArtifact;
 use crate::threads::{ConnId, ThreadHub};
+use crate::workflows::StoreLibrary;
+use weft_workflow::{NodeRegistry, Workflows};
 
 pub struct AppState {
     pub config: Config,
@@ -26,8 +33,15 @@ pub struct AppState {
     editor_toolbelt: Toolbelt,
     pub agent: Arc<AgentConfig>,
     pub rate_card: Arc<RateCard>,
+    /// Each model's context window (the model catalogue beside the rate card).
+    pub context_windows: ContextWindows,
+    /// Offloaded tool results and other assets.
+    pub assets: Arc<AssetStore>,
+    /// Every node type workflows can use.
+    pub node_registry: Arc<NodeRegistry>,
     pub hub: ThreadHub,
-    pub metrics: Metrics,
+    pub limits: UserLimits,
+    pub metrics: Arc<Metrics>,
     /// Every running turn, so shutdown can wait for them.
     pub turns: TaskTracker,
     /// Cancelled when the server starts shutting down.
@@ -45,8 +59,15 @@ pub enum StartupError {
     Store(#[from] weft_store::StoreError),
     #[error(transparent)]
     Providers(#[from] crate::providers::ProviderSetupError),
+    #[error("config is not valid: {0}")]
+    Config(String),
     #[error("cannot prepare the workspace root {path}: {source}")]
     Workspace {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot prepare the asset directory {path}: {source}")]
+    Assets {
         path: String,
         source: std::io::Error,
     },
@@ -63,6 +84,9 @@ impl AppState {
         providers: Providers,
         bind: SocketAddr,
     ) -> Result<Arc<AppState>, StartupError> {
+        let metrics = Arc::new(Metrics::default());
+        store.observe_writes(metrics.clone());
+        crate::recovery::close_interrupted_turns(&store).await?;
         for entry in &config.auth.api_keys {
             store.put_api_key(&entry.key, &entry.user).await?;
         }
@@ -93,7 +117,27 @@ impl AppState {
             })?;
 
         let workspace: Arc<Path> = Arc::from(workspace.as_path());
-        let tools = weft_tools::builtin_tools();
+        let assets = AssetStore::local(&config.assets.dir, store.clone()).map_err(|source| {
+            StartupError::Assets {
+                path: config.assets.dir.display().to_string(),
+                source,
+            }
+        })?;
+        let assets = Arc::new(assets);
+        let mut tools = weft_tools::builtin_tools();
+        tools.push(Arc::new(ReadArtifact {
+            assets: assets.clone(),
+        }));
+        // Every non-agentic tool is a node; the workflow tools themselves are not.
+        let node_registry = Arc::new(NodeRegistry::with_tools(&Toolbelt::new(tools.clone())));
+        let workflows = Workflows {
+            library: Arc::new(StoreLibrary {
+                store: store.clone(),
+            }),
+            registry: node_registry.clone(),
+            limits: config.workflow.limits(),
+        };
+        tools.extend(workflows.tools());
         let toolbelt = |context: &ChatContext| {
             let mut policy = ToolPolicy::for_context(context, Some(workspace.to_path_buf()));
             policy.allow_private_network = config.policy.allow_private_network;
@@ -104,18 +148,35 @@ impl AppState {
         };
         let thread_toolbelt = toolbelt(&ChatContext::Thread);
         let editor_toolbelt = toolbelt(&ChatContext::Editor { workflow_id: None });
+        // A misspelt `hitl_tools` name would silently turn an approval off.
+        let mut names = thread_toolbelt.names();
+        names.extend(editor_toolbelt.names());
+        config
+            .agent
+            .validate_tools(&names)
+            .map_err(|e| StartupError::Config(e.to_string()))?;
         let mut rate_card = RateCard::with_common_models();
         rate_card.merge(&config.pricing);
+        let mut context_windows = ContextWindows::with_common_models();
+        context_windows.merge(&config.context_windows);
         Ok(Arc::new(AppState {
             agent: Arc::new(config.agent.clone()),
             rate_card: Arc::new(rate_card),
+            context_windows,
+            assets,
+            node_registry,
             store,
             providers,
-            modes: ModeRegistry::new(),
+            modes: {
+                let mut modes = ModeRegistry::new();
+                modes.register(Arc::new(weft_codemode::CodeMode::new(config.code)));
+                modes
+            },
             thread_toolbelt,
             editor_toolbelt,
-            hub: ThreadHub::default(),
-            metrics: Metrics::default(),
+            hub: ThreadHub::new(config.server.replay_max_bytes),
+            limits: UserLimits::new(&config.limits),
+            metrics,
             turns: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             workspace_root: Some(workspace),
@@ -125,12 +186,35 @@ impl AppState {
         }))
     }
 
+    /// Every tool name any session may have (for checking agent configs), the parallel
+    /// sub-agent tool included.
+    pub fn tool_names(&self) -> Vec<&str> {
+        let mut names = self.thread_toolbelt.names();
+        for name in self.editor_toolbelt.names() {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names.push(prompts::RUN_PARALLEL_SUBAGENTS);
+        names
+    }
+
     /// The session toolbelt for a chat context (registered ∩ policy ∩ context).
     pub fn toolbelt_for(&self, context: &ChatContext) -> Toolbelt {
         match context {
             ChatContext::Thread => self.thread_toolbelt.clone(),
             ChatContext::Editor { .. } => self.editor_toolbelt.clone(),
         }
+    }
+
+    /// The workspace a user's tools work in: their own directory under the root, or the
+    /// root itself when the workspace is shared (user ids are identifiers, safe as names).
+    pub fn workspace_of(&self, user: &str) -> Option<Arc<Path>> {
+        let root = self.workspace_root.as_ref()?;
+        if self.config.policy.shared_workspace {
+            return Some(root.clone());
+        }
+        Some(Arc::from(root.join(user).as_path()))
     }
 
     pub fn next_conn_id(&self) -> ConnId {

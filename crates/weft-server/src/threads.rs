@@ -5,93 +5,141 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use weft_core::PermissionGate;
 use weft_protocol::{PermissionMode, ServerEvent, ServerFrame};
 
+use crate::outbox::{Outbox, SharedFrame};
+use crate::record::TurnLog;
+use crate::replay::{Missed, Replay};
+
 pub type ConnId = u64;
 
-/// What a connection's writer sends.
-#[derive(Debug, Clone)]
-pub enum Outbound {
-    Frame(Arc<ServerFrame>),
-    Close(u16, String),
-}
-
-pub type OutboundTx = mpsc::UnboundedSender<Outbound>;
-
 pub struct ThreadRuntime {
-    pub id: String,
+    /// Shared by every frame of the thread.
+    pub id: Arc<str>,
     pub owner: String,
     pub gate: PermissionGate,
     state: Mutex<ThreadState>,
 }
 
-#[derive(Default)]
 struct ThreadState {
     next_seq: u64,
-    /// Every frame of the current (or last) turn, for `resume_chat`.
-    replay: Vec<Arc<ServerFrame>>,
-    subscribers: HashMap<ConnId, OutboundTx>,
+    /// The current (or last) turn's frames, for `resume_chat`.
+    replay: Replay,
+    subscribers: HashMap<ConnId, Outbox>,
     active: Option<CancellationToken>,
+    /// The running turn's assistant message.
+    active_message: Option<String>,
+    /// The running turn's record on its way to the store.
+    active_log: Option<Arc<TurnLog>>,
     detach_generation: u64,
+    /// A client left while the turn ran (it may come back for the frames it missed).
+    someone_left: bool,
     /// When the last turn ended (for the janitor).
     ended_at: Option<std::time::Instant>,
 }
 
 impl ThreadRuntime {
-    fn new(id: &str, owner: &str, mode: PermissionMode) -> Self {
+    fn new(id: &str, owner: &str, mode: PermissionMode, replay_limit: usize) -> Self {
         ThreadRuntime {
-            id: id.to_owned(),
+            id: Arc::from(id),
             owner: owner.to_owned(),
             gate: PermissionGate::new(mode),
             state: Mutex::new(ThreadState {
                 next_seq: 1,
-                ..ThreadState::default()
+                replay: Replay::new(replay_limit),
+                subscribers: HashMap::new(),
+                active: None,
+                active_message: None,
+                active_log: None,
+                detach_generation: 0,
+                someone_left: false,
+                ended_at: None,
             }),
         }
     }
 
-    /// Stamp the event with this thread and the next `seq`, keep it for replay, send it to
-    /// every subscriber.
+    /// Stamp the event with this thread and the next `seq`, encode it once, keep it for
+    /// replay, and queue it for every subscriber (one whose queue overflowed is dropped).
     pub fn publish(&self, event: ServerEvent) -> u64 {
         let mut state = self.state.lock();
         let seq = state.next_seq;
         state.next_seq += 1;
-        let frame = Arc::new(ServerFrame {
+        let frame = ServerFrame {
             thread_id: Some(self.id.clone()),
             seq: Some(seq),
             event,
-        });
-        state.replay.push(frame.clone());
+        };
+        let shared = SharedFrame::encode(&frame);
+        state.replay.push(&frame.event, seq, &shared);
         state
             .subscribers
-            .retain(|_, tx| tx.send(Outbound::Frame(frame.clone())).is_ok());
+            .retain(|_, outbox| outbox.send(shared.clone()));
         seq
     }
 
-    pub fn subscribe(&self, conn: ConnId, tx: OutboundTx) {
+    /// Send `events` to one connection only (not kept for replay), stamped with this thread
+    /// and seqs after both the thread's and the client's last one.
+    pub fn send_to(&self, outbox: &Outbox, after_seq: u64, events: Vec<ServerEvent>) {
         let mut state = self.state.lock();
-        state.detach_generation += 1;
-        state.subscribers.insert(conn, tx);
+        state.next_seq = state.next_seq.max(after_seq + 1);
+        for event in events {
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            outbox.send(SharedFrame::encode(&ServerFrame {
+                thread_id: Some(self.id.clone()),
+                seq: Some(seq),
+                event,
+            }));
+        }
     }
 
-    /// Send every buffered frame after `last_seq`, then subscribe, with no gap between.
-    pub fn resume(&self, conn: ConnId, tx: OutboundTx, last_seq: u64) -> usize {
+    pub fn subscribe(&self, conn: ConnId, outbox: Outbox) {
         let mut state = self.state.lock();
-        let missed: Vec<_> = state
-            .replay
-            .iter()
-            .filter(|f| f.seq.unwrap_or(0) > last_seq)
-            .cloned()
-            .collect();
-        let count = missed.len();
-        for frame in missed {
-            let _ = tx.send(Outbound::Frame(frame));
+        state.detach_generation += 1;
+        state.subscribers.insert(conn, outbox);
+    }
+
+    /// What a client that saw up to `last_seq` missed, and whether a turn is still running.
+    pub fn missed(&self, last_seq: u64) -> (Missed, bool) {
+        let state = self.state.lock();
+        (
+            state.replay.after(last_seq, &self.id),
+            state.active.is_some(),
+        )
+    }
+
+    /// Queue `first` (a snapshot, when the client needs one) and every buffered frame after
+    /// `last_seq`, then subscribe, with no gap between.
+    pub fn resume(
+        &self,
+        conn: ConnId,
+        outbox: Outbox,
+        last_seq: u64,
+        first: Option<ServerEvent>,
+    ) -> usize {
+        let mut state = self.state.lock();
+        let missed = state.replay.after(last_seq, &self.id);
+        if let Some(event) = first {
+            let seq = missed
+                .frames
+                .first()
+                .and_then(|f| f.seq)
+                .unwrap_or(state.next_seq)
+                .saturating_sub(1);
+            outbox.send(SharedFrame::encode(&ServerFrame {
+                thread_id: Some(self.id.clone()),
+                seq: Some(seq),
+                event,
+            }));
+        }
+        let count = missed.frames.len();
+        for frame in missed.frames {
+            outbox.send(frame);
         }
         state.detach_generation += 1;
-        state.subscribers.insert(conn, tx);
+        state.subscribers.insert(conn, outbox);
         count
     }
 
@@ -99,6 +147,9 @@ impl ThreadRuntime {
     fn unsubscribe(&self, conn: ConnId) -> Option<u64> {
         let mut state = self.state.lock();
         state.subscribers.remove(&conn)?;
+        if state.active.is_some() {
+            state.someone_left = true;
+        }
         if state.subscribers.is_empty() && state.active.is_some() {
             state.detach_generation += 1;
             return Some(state.detach_generation);
@@ -119,20 +170,46 @@ impl ThreadRuntime {
     }
 
     /// Begin a turn unless one is running; the replay buffer restarts with it.
-    pub fn try_begin(&self, cancel: CancellationToken) -> bool {
+    pub fn try_begin(&self, cancel: CancellationToken, message_id: &str) -> bool {
         let mut state = self.state.lock();
         if state.active.is_some() {
             return false;
         }
         state.active = Some(cancel);
+        state.active_message = Some(message_id.to_owned());
         state.replay.clear();
+        state.ended_at = None;
+        state.someone_left = false;
         true
     }
 
+    /// Remember the running turn's record (readers wait on it to see what was shown).
+    pub fn set_log(&self, log: Arc<TurnLog>) {
+        self.state.lock().active_log = Some(log);
+    }
+
+    /// The running turn's record, if a turn runs.
+    pub fn active_log(&self) -> Option<Arc<TurnLog>> {
+        self.state.lock().active_log.clone()
+    }
+
+    /// The assistant message of the running turn.
+    pub fn active_message(&self) -> Option<String> {
+        let state = self.state.lock();
+        state.active.as_ref().and(state.active_message.clone())
+    }
+
+    /// The turn ended. Its frames are kept (for `replay_retention_ms`) only if a client
+    /// left while it ran; everyone else has seen them, and a late resume is answered from
+    /// the store.
     pub fn end(&self) {
         let mut state = self.state.lock();
         state.active = None;
+        state.active_log = None;
         state.ended_at = Some(std::time::Instant::now());
+        if !state.someone_left {
+            state.replay.clear();
+        }
     }
 
     /// Drop the replay buffer of a turn that ended more than `retention` ago; true when the
@@ -142,7 +219,7 @@ impl ThreadRuntime {
         let stale =
             state.active.is_none() && state.ended_at.is_some_and(|t| t.elapsed() >= retention);
         if stale {
-            state.replay = Vec::new();
+            state.replay.clear();
         }
         stale
             && state.subscribers.is_empty()
@@ -169,11 +246,20 @@ impl ThreadRuntime {
 #[derive(Default)]
 pub struct ThreadHub {
     threads: Mutex<HashMap<String, Arc<ThreadRuntime>>>,
-    /// Pending approval (tool-call id) → thread id.
+    /// Pending approval (server-unique tool-call id) → thread id.
     approvals: Mutex<HashMap<String, String>>,
+    /// Bytes of frames each thread keeps for replay.
+    replay_limit: usize,
 }
 
 impl ThreadHub {
+    pub fn new(replay_limit: usize) -> Self {
+        ThreadHub {
+            replay_limit,
+            ..ThreadHub::default()
+        }
+    }
+
     pub fn get(&self, id: &str) -> Option<Arc<ThreadRuntime>> {
         self.threads.lock().get(id).cloned()
     }
@@ -183,7 +269,7 @@ impl ThreadHub {
         self.threads
             .lock()
             .entry(id.to_owned())
-            .or_insert_with(|| Arc::new(ThreadRuntime::new(id, owner, mode)))
+            .or_insert_with(|| Arc::new(ThreadRuntime::new(id, owner, mode, self.replay_limit)))
             .clone()
     }
 
@@ -247,20 +333,20 @@ mod tests {
 
     #[test]
     fn the_janitor_drops_finished_idle_threads_but_keeps_grants_and_subscribers() {
-        let hub = ThreadHub::default();
+        let hub = ThreadHub::new(1 << 20);
         let idle = hub.get_or_insert("idle", "u", PermissionMode::Default);
         let granted = hub.get_or_insert("granted", "u", PermissionMode::Default);
         let watched = hub.get_or_insert("watched", "u", PermissionMode::Default);
         let running = hub.get_or_insert("running", "u", PermissionMode::Default);
         for t in [&idle, &granted, &watched] {
-            assert!(t.try_begin(CancellationToken::new()));
+            assert!(t.try_begin(CancellationToken::new(), "m"));
             t.publish(ServerEvent::Pong);
             t.end();
         }
         granted.gate.allow_for_chat("write_file");
-        let (tx, _rx) = mpsc::unbounded_channel();
-        watched.subscribe(1, tx);
-        assert!(running.try_begin(CancellationToken::new()));
+        let (outbox, _rx) = Outbox::new(1 << 20);
+        watched.subscribe(1, outbox);
+        assert!(running.try_begin(CancellationToken::new(), "m"));
         assert_eq!(hub.sweep(std::time::Duration::ZERO), 1);
         assert!(hub.get("idle").is_none());
         assert_eq!(hub.len(), 3);
@@ -268,5 +354,6 @@ mod tests {
             watched.state.lock().replay.is_empty(),
             "the replay buffer is dropped"
         );
+        assert_eq!(watched.state.lock().replay.bytes(), 0);
     }
 }

@@ -18,6 +18,10 @@ static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn script() -> Value {
     json!({"conversations": [
+        {"match": "in code", "steps": [
+            {"text": "```js\nawait tools.memory_write({key: 'k', value: 'v'});\nconst keys = await tools.memory_list({});\noutput(`keys: ${keys.join(', ')}`);\ndone();\n```"}]},
+        {"match": "Plan this request", "steps": [{"text": "1. wake up\n2. work", "repeat": true}]},
+        {"match": "plan my day", "steps": [{"text": "Here is your day.", "repeat": true}]},
         {"match": "research A", "steps": [
             {"tool_calls": [{"name": "memory_write", "arguments": {"key": "a", "value": "old"}}]},
             {"text": "A is old.", "delay_ms": 100}]},
@@ -130,14 +134,18 @@ impl Browser {
         self.click("#send").await;
     }
 
+    /// Click the element `css` finds (found again if the page replaced it meanwhile).
     async fn click(&self, css: &str) {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        for attempt in 0.. {
+            let element = self.client.find(Locator::Css(css)).await.unwrap();
+            match element.click().await {
+                Ok(()) => return,
+                Err(e) if attempt < 3 && e.to_string().contains("stale") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("cannot click {css}: {e}"),
+            }
+        }
     }
 
     async fn pick_mode(&self, mode: &str) {
@@ -217,6 +225,130 @@ async fn subtasks_show_nested_cards_and_a_reload_shows_the_same_tree() {
         .await;
     assert_eq!(titles, json!(["Research A", "Research B"]));
     b.shot("reloaded-tree").await;
+
+    // The trace view: every response and full result, subtasks nested under their calls.
+    b.click(".message.assistant:last-of-type .trace-toggle")
+        .await;
+    b.wait("document.querySelectorAll('.trace-panel:not([hidden]) .trace-subtask').length === 2")
+        .await;
+    let trace = b
+        .js("Array.from(document.querySelectorAll('.trace-panel > .trace > li')).map(li => li.dataset.kind || li.firstChild.dataset.kind)")
+        .await;
+    assert_eq!(
+        trace,
+        json!([
+            "assistant",
+            "subtask",
+            "tool_result",
+            "subtask",
+            "tool_result",
+            "assistant"
+        ])
+    );
+    let nested = b
+        .js("Array.from(document.querySelectorAll('.trace-subtask .trace-result pre')).map(p => p.textContent)")
+        .await;
+    assert_eq!(nested, json!(["stored a"]));
+    b.js("document.querySelector('.trace-panel').scrollIntoView() || true")
+        .await;
+    b.shot("trace-view").await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_picked_for_a_thread_plans_and_the_plan_shows_above_the_answer() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let (status, _) = server
+        .call(
+            reqwest::Method::POST,
+            "/agents",
+            None,
+            Some(json!({"name": "planner", "planning_enabled": true})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.wait(
+        "[...document.querySelectorAll('#agent-select option')].some(o => o.value === 'planner')",
+    )
+    .await;
+    b.client
+        .find(Locator::Css("#agent-select"))
+        .await
+        .unwrap()
+        .select_by_value("planner")
+        .await
+        .unwrap();
+    b.say("plan my day").await;
+    b.wait(&format!("{ANSWER} === 'Here is your day.'")).await;
+    let plan = "(() => { const m = document.querySelector('.message.assistant:last-of-type'); const p = m.firstElementChild; return p.classList.contains('plan') ? [p.querySelector('.plan-text').textContent, p.dataset.status] : null; })()";
+    assert_eq!(b.wait(plan).await, json!(["1. wake up\n2. work", "done"]));
+    b.click(".message.assistant:last-of-type .plan > summary")
+        .await;
+    b.shot("agent-plan").await;
+
+    // After a reload the thread shows its agent and the stored plan, collapsed.
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    b.click("#threads li").await;
+    b.wait(&format!("{ANSWER} === 'Here is your day.'")).await;
+    assert_eq!(b.wait(plan).await, json!(["1. wake up\n2. work", "done"]));
+    assert_eq!(
+        b.js("document.querySelector('.message.assistant .plan').open")
+            .await,
+        json!(false)
+    );
+    assert_eq!(
+        b.wait("document.getElementById('agent-select').value === 'planner' && 'planner'")
+            .await,
+        json!("planner")
+    );
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn code_mode_picked_in_the_composer_shows_the_run_and_its_calls() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.wait("[...document.querySelectorAll('#exec-mode option')].some(o => o.value === 'code')")
+        .await;
+    b.client
+        .find(Locator::Css("#exec-mode"))
+        .await
+        .unwrap()
+        .select_by_value("code")
+        .await
+        .unwrap();
+    b.pick_mode("auto").await;
+    b.say("count keys in code").await;
+    b.wait(&format!("{ANSWER} === 'keys: k'")).await;
+    let tree = "Array.from(document.querySelectorAll('.tool-card')).map(c => [c.dataset.name, c.dataset.depth, c.dataset.status, c.parentElement.closest('.tool-card')?.dataset.name ?? null].join('|'))";
+    assert_eq!(
+        b.wait(&format!("{tree}.length === 3 && {tree}")).await,
+        json!([
+            "code.execute|0|done|",
+            "memory_write|1|done|code.execute",
+            "memory_list|1|done|code.execute"
+        ])
+    );
+    let shown = b
+        .js("document.querySelector(\".tool-card[data-name='code.execute'] .args\").textContent")
+        .await;
+    assert!(
+        shown
+            .as_str()
+            .unwrap()
+            .starts_with("await tools.memory_write"),
+        "{shown}"
+    );
+    b.shot("code-mode").await;
     b.close().await;
     server.stop().await;
 }

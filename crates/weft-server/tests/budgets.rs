@@ -26,7 +26,7 @@ async fn each_budget_trips_and_the_turn_is_persisted() {
             "iterations",
             Box::new(|c| c.agent.max_iterations_per_level = 2),
         ),
-        ("tokens", Box::new(|c| c.agent.max_tokens = Some(250))),
+        ("tokens", Box::new(|c| c.agent.max_turn_tokens = Some(250))),
         ("bytes", Box::new(|c| c.agent.max_total_result_bytes = 20)),
         ("wall_clock", Box::new(|c| c.agent.max_wall_clock_ms = 1)),
         (

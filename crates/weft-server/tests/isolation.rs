@@ -30,10 +30,13 @@ async fn users_cannot_see_or_drive_each_others_threads() {
         .recv_until(|f| f["type"] == "tool_approval_request")
         .await;
     let thread = thread_of(&frames);
+    let approval = frames.last().unwrap()["tool_call_id"].clone();
 
     // Bob cannot answer Alice's approval, stop her turn, change her mode, resume or post.
-    bob.send(json!({"type": "tool_approval_response", "tool_call_id": "w1", "decision": "allow"}))
-        .await;
+    bob.send(
+        json!({"type": "tool_approval_response", "tool_call_id": approval, "decision": "allow"}),
+    )
+    .await;
     assert_eq!(bob.recv().await["code"], "forbidden");
     for command in [
         json!({"command": "stop", "data": {"thread_id": thread}}),
@@ -66,10 +69,11 @@ async fn users_cannot_see_or_drive_each_others_threads() {
 
     // Alice's turn is untouched: she approves and it finishes.
     alice
-        .send(json!({"type": "tool_approval_response", "tool_call_id": "w1", "decision": "allow"}))
+        .send(json!({"type": "tool_approval_response", "tool_call_id": approval, "decision": "allow"}))
         .await;
     alice.turn().await;
-    assert!(server.workspace.join("a.md").exists());
+    assert!(server.workspace_of("alice").join("a.md").exists());
+    assert!(!server.workspace_of("bob").join("a.md").exists());
     let (_, alices) = server.get("/threads", Some("k-alice")).await;
     assert_eq!(alices[0]["id"], thread.as_str());
     let (status, messages) = server
@@ -123,11 +127,12 @@ async fn health_and_metrics() {
         {"text": "hi", "usage": {"input_tokens": 12, "output_tokens": 1}}]}]}))
     .await;
     let (status, body) = server.get("/healthz", None).await;
+    let (_, needed) = server.store().schema_versions().await.unwrap();
     assert_eq!(
         (status, body),
         (
             200,
-            json!({"status": "ok", "provider": "scripted", "demo": false})
+            json!({"status": "ok", "provider": "scripted", "demo": false, "schema": needed})
         )
     );
     let mut c = server.client().await;
@@ -145,5 +150,20 @@ async fn health_and_metrics() {
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn health_fails_on_a_database_without_the_current_schema() {
+    let server = TestServer::start(json!({"conversations": []})).await;
+    assert_eq!(server.get("/healthz", None).await.0, 200);
+    weft_store::testing::forget_latest_migration(server.store())
+        .await
+        .unwrap();
+    let (status, body) = server.get("/healthz", None).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["status"], "database schema out of date");
+    let needed = body["needed"].as_i64().unwrap();
+    assert_eq!(body["schema"].as_i64(), Some(needed - 1));
     server.stop().await;
 }

@@ -85,15 +85,12 @@ async fn resume_after_a_dropped_socket_replays_then_continues_live() {
         .await;
     let rest = c.turn().await;
     let seqs: Vec<u64> = rest.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
-    assert_eq!(
-        seqs[0],
-        last_seq + 1,
-        "replay starts right after what the client saw"
-    );
     assert!(
-        seqs.windows(2).all(|w| w[1] == w[0] + 1),
-        "no gaps: {seqs:?}"
+        seqs[0] > last_seq,
+        "replay starts after what the client saw"
     );
+    // Replayed text chunks are coalesced, so seqs may skip, but never go back.
+    assert!(seqs.windows(2).all(|w| w[1] > w[0]), "increasing: {seqs:?}");
     let mut all = seen.clone();
     all.extend(rest.clone());
     assert_eq!(text_of(&all), "one two three four five ");

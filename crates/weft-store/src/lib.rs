@@ -1,11 +1,16 @@
 //! Weft's persistence: one [`Store`] API over PostgreSQL (production) and SQLite (the
 //! embedded default), through sqlx's `Any` driver so one set of queries serves both.
 
+mod agents;
+mod assets;
 mod audit;
 mod keys;
+mod record;
 mod rows;
 pub mod testing;
 mod threads;
+mod workflows;
+mod writer;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -14,7 +19,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-pub use rows::{ApprovalRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, ToolCallRow};
+pub use rows::{
+    ApprovalRow, AssetRow, ItemRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, WorkflowRow,
+    WorkflowRunRow,
+};
+pub use writer::{Done, WriteError, WriteHold, WriteObserver, WriteOp};
+
+use writer::Writer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -28,6 +39,8 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
     #[error("stored value is corrupt: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    Write(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -38,9 +51,38 @@ pub enum Backend {
     Sqlite,
 }
 
+/// How durable a SQLite commit is: `Normal` (WAL, survives a crashed or killed process; a
+/// power loss may lose the last commits) or `Full` (fsync on every commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    #[default]
+    Normal,
+    Full,
+}
+
+impl SqliteSync {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "normal" => Some(SqliteSync::Normal),
+            "full" => Some(SqliteSync::Full),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Normal => "PRAGMA synchronous = NORMAL",
+            SqliteSync::Full => "PRAGMA synchronous = FULL",
+        }
+    }
+}
+
+/// Reads go through a pool; hot-path writes through the one writer (group commit), which has
+/// its own connection.
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: AnyPool,
+    writer: Writer,
     backend: Backend,
 }
 
@@ -57,12 +99,14 @@ pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-pub(crate) type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
-
 impl Store {
     /// Connect to `url` (`sqlite://path` or `postgres://…`). SQLite files and their directory
     /// are created when missing.
     pub async fn connect(url: &str) -> Result<Store> {
+        Self::connect_with(url, SqliteSync::default()).await
+    }
+
+    pub async fn connect_with(url: &str, sqlite_sync: SqliteSync) -> Result<Store> {
         sqlx::any::install_default_drivers();
         let (backend, url) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_owned())
@@ -75,40 +119,93 @@ impl Store {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
         let max = if backend == Backend::Sqlite { 4 } else { 16 };
+        // No ping before each use: a dead connection fails its query and is replaced, and the
+        // ping would cost a round trip per query (per commit, for the writer).
         let pool = AnyPoolOptions::new()
             .max_connections(max)
+            .test_before_acquire(false)
             .connect(&url)
             .await?;
+        let mut write = AnyPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .test_before_acquire(false);
         if backend == Backend::Sqlite {
             sqlx::query("PRAGMA journal_mode = WAL")
                 .execute(&pool)
                 .await?;
+            write = write.after_connect(move |conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(&mut *conn, sqlite_sync.pragma()).await?;
+                    Ok(())
+                })
+            });
         }
-        Ok(Store { pool, backend })
+        let write_pool = write.connect(&url).await?;
+        Ok(Store {
+            pool,
+            writer: Writer::start(write_pool, backend),
+            backend,
+        })
+    }
+
+    /// Hand `op` to the writer; `done` is called once it is committed (or failed).
+    pub fn submit(&self, op: WriteOp, done: Option<Done>) {
+        self.writer.submit(op, done);
+    }
+
+    /// Write `op` and wait for its commit.
+    pub async fn write(&self, op: WriteOp) -> Result<()> {
+        Ok(self.writer.write(op).await?)
+    }
+
+    /// Ops handed to the writer and not yet committed.
+    pub fn queued_writes(&self) -> usize {
+        self.writer.queued()
+    }
+
+    /// Keep the writer from committing until the hold is dropped (ops queue up meanwhile):
+    /// for tests of batching, and for maintenance.
+    pub async fn hold_writes(&self) -> WriteHold {
+        self.writer.hold().await
+    }
+
+    /// Be told about every commit (once; later observers are ignored).
+    pub fn observe_writes(&self, observer: std::sync::Arc<dyn WriteObserver>) {
+        self.writer.observe(observer);
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
     }
 
+    fn migrator(&self) -> sqlx::migrate::Migrator {
+        match self.backend {
+            Backend::Postgres => sqlx::migrate!("../../migrations/postgres"),
+            Backend::Sqlite => sqlx::migrate!("../../migrations/sqlite"),
+        }
+    }
+
     /// Apply the migrations of this backend (idempotent).
     pub async fn migrate(&self) -> Result<()> {
-        match self.backend {
-            Backend::Postgres => {
-                sqlx::migrate!("../../migrations/postgres")
-                    .run(&self.pool)
-                    .await?
-            }
-            Backend::Sqlite => {
-                sqlx::migrate!("../../migrations/sqlite")
-                    .run(&self.pool)
-                    .await?
-            }
-        }
+        self.migrator().run(&self.pool).await?;
         Ok(())
     }
 
+    /// The schema version the database has (the latest applied migration) and the one this
+    /// build needs.
+    pub async fn schema_versions(&self) -> Result<(i64, i64)> {
+        let needed = self.migrator().iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok((applied.unwrap_or(0), needed))
+    }
+
+    /// Write what is queued, then close both connections.
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 

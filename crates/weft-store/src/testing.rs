@@ -9,6 +9,16 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
+/// Make the database look one migration behind this build (for health-check tests).
+pub async fn forget_latest_migration(store: &Store) -> Result<()> {
+    let (applied, _) = store.schema_versions().await?;
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1")
+        .bind(applied)
+        .execute(&store.pool)
+        .await?;
+    Ok(())
+}
+
 pub struct TestDb {
     pub store: Store,
     pub url: String,

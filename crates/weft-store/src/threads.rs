@@ -1,7 +1,7 @@
 //! Threads and their messages.
 
-use crate::rows::{MessageRow, NewMessage, ThreadRow};
-use crate::{now_ms, Tx};
+use crate::now_ms;
+use crate::rows::{MessageRow, ThreadRow};
 use crate::{Result, Store};
 
 impl Store {
@@ -30,36 +30,10 @@ impl Store {
             owner: owner.to_owned(),
             title: title.to_owned(),
             permission_mode: permission_mode.to_owned(),
+            agent: None,
             created_at: now,
             updated_at: now,
         })
-    }
-
-    /// Start a turn in one transaction: create the thread when it is new (its owner must
-    /// already exist), then save the user message.
-    pub async fn begin_turn(
-        &self,
-        new_thread: Option<&ThreadRow>,
-        user_message: &NewMessage,
-    ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(t) = new_thread {
-            sqlx::query(
-                "INSERT INTO threads (id, owner, title, permission_mode, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(&t.id)
-            .bind(&t.owner)
-            .bind(&t.title)
-            .bind(&t.permission_mode)
-            .bind(t.created_at)
-            .bind(t.updated_at)
-            .execute(&mut *tx)
-            .await?;
-        }
-        // A thread created just now is already marked active.
-        insert_message(&mut tx, user_message, new_thread.is_none()).await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     pub async fn thread(&self, id: &str) -> Result<Option<ThreadRow>> {
@@ -106,6 +80,12 @@ impl Store {
     /// Delete a thread and everything recorded under it.
     pub async fn delete_thread(&self, id: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "DELETE FROM items WHERE message_id IN (SELECT id FROM messages WHERE thread_id = $1)",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
         for table in ["approvals", "model_calls", "tool_calls", "messages"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE thread_id = $1"))
                 .bind(id)
@@ -120,17 +100,10 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    pub async fn insert_message(&self, m: &NewMessage) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        insert_message(&mut tx, m, true).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// A thread's messages, oldest first.
     pub async fn messages(&self, thread_id: &str) -> Result<Vec<MessageRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT {} FROM messages WHERE thread_id = $1 ORDER BY created_at, id",
+            "SELECT {} FROM messages WHERE thread_id = $1 ORDER BY position, created_at, id",
             MessageRow::COLUMNS
         ))
         .bind(thread_id)
@@ -138,33 +111,4 @@ impl Store {
         .await?;
         rows.iter().map(MessageRow::from_row).collect()
     }
-}
-
-/// Insert a message inside `tx`, marking its thread active when `touch`.
-pub(crate) async fn insert_message(tx: &mut Tx<'_>, m: &NewMessage, touch: bool) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO messages (id, thread_id, role, content, execution_tree, permission_mode, status, \
-         input_tokens, output_tokens, cost_usd, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(&m.id)
-    .bind(&m.thread_id)
-    .bind(&m.role)
-    .bind(m.content.to_string())
-    .bind(m.execution_tree.as_ref().map(|t| t.to_string()))
-    .bind(m.permission_mode.clone())
-    .bind(&m.status)
-    .bind(m.input_tokens)
-    .bind(m.output_tokens)
-    .bind(m.cost_usd)
-    .bind(m.created_at)
-    .execute(&mut **tx)
-    .await?;
-    if touch {
-        sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
-            .bind(now_ms())
-            .bind(&m.thread_id)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
 }

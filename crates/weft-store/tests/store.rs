@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use weft_store::testing::TestDb;
-use weft_store::{now_ms, ApprovalRow, ModelCallRow, NewMessage, Store, ToolCallRow};
+use weft_store::{now_ms, ApprovalRow, ItemRow, ModelCallRow, NewMessage, Store, WriteOp};
 
 async fn suite(store: &Store) {
     // Migrations are idempotent.
@@ -72,47 +72,41 @@ async fn suite(store: &Store) {
         output_tokens: 0,
         cost_usd: 0.0,
         created_at: now,
+        position: 0,
+        metadata: None,
     };
     let assistant = NewMessage {
         id: "m2".into(),
         role: "assistant".into(),
         content: json!("A and B differ."),
-        execution_tree: Some(
-            json!({"version": 1, "nodes": [{"id": "c1", "parent_id": null, "name": "run_subtask", "duration_ms": 1.5}]}),
-        ),
+        execution_tree: Some(std::sync::Arc::new(
+            serde_json::from_value(
+                json!({"version": 1, "nodes": [{"id": "c1", "parent_id": null, "name": "run_subtask", "duration_ms": 1.5}]}),
+            )
+            .unwrap(),
+        )),
         status: "budget_exceeded".into(),
         input_tokens: 120,
         output_tokens: 30,
         cost_usd: 0.0025,
-        created_at: now + 1,
+        // Same millisecond: position orders them.
+        created_at: now,
+        position: 1,
+        metadata: Some("{\"agent\":\"default\"}".into()),
         ..user.clone()
     };
-    store.insert_message(&user).await.unwrap();
-    store.insert_message(&assistant).await.unwrap();
-    assert_eq!(store.messages("t1").await.unwrap(), vec![user, assistant]);
-
-    // Audit: tool calls, model calls, approvals.
-    let call = ToolCallRow {
-        thread_id: "t1".into(),
-        message_id: "m2".into(),
-        tool_call_id: "c1".into(),
-        parent_id: None,
-        depth: 0,
-        tool: "write_file".into(),
-        arguments: "{\"path\":\"a.md\"}".into(),
-        result_preview: "wrote 3 bytes".into(),
-        status: "success".into(),
-        approval_status: "approved".into(),
-        started_at: 1_790_000_000.25,
-        duration_ms: 3.5,
-    };
     store
-        .insert_tool_calls(std::slice::from_ref(&call))
+        .write(WriteOp::BeginTurn {
+            thread: None,
+            messages: vec![assistant.clone(), user.clone()],
+        })
         .await
         .unwrap();
-    assert_eq!(store.tool_calls("t1").await.unwrap(), vec![call]);
+    assert_eq!(store.messages("t1").await.unwrap(), vec![user, assistant]);
 
+    // Audit: model calls, approvals.
     let model = ModelCallRow {
+        id: "m2.m0".into(),
         thread_id: "t1".into(),
         message_id: "m2".into(),
         user_id: "alice".into(),
@@ -126,10 +120,21 @@ async fn suite(store: &Store) {
         error: Some("HTTP 500".into()),
         created_at: now,
     };
+    // Finishing a turn replaces its running message and adds its audit rows.
+    let finished = NewMessage {
+        content: json!("A and B differ, finally."),
+        status: "completed".into(),
+        ..store.messages("t1").await.unwrap()[1].clone()
+    };
     store
-        .insert_model_calls(std::slice::from_ref(&model))
+        .write(WriteOp::FinishTurn {
+            message: finished.clone(),
+            models: vec![model.clone()],
+        })
         .await
         .unwrap();
+    assert_eq!(store.messages("t1").await.unwrap()[1], finished);
+
     assert_eq!(store.model_calls("t1").await.unwrap(), vec![model]);
 
     let approval = ApprovalRow {
@@ -140,14 +145,36 @@ async fn suite(store: &Store) {
         status: "pending".into(),
         created_at: now,
         decided_at: None,
+        injected_args: Some("{\"trace\":\"t1\"}".into()),
     };
-    store.insert_approval(&approval).await.unwrap();
-    store.decide_approval("c1", "approved").await.unwrap();
+    store
+        .write(WriteOp::InsertApproval(approval.clone()))
+        .await
+        .unwrap();
+    store
+        .write(WriteOp::DecideApproval {
+            thread_id: "t1".into(),
+            id: "c1".into(),
+            status: "approved".into(),
+        })
+        .await
+        .unwrap();
     let stored = store.approvals("t1").await.unwrap();
     assert_eq!(
         (stored[0].status.as_str(), stored[0].decided_at.is_some()),
         ("approved", true)
     );
+    // A pending one left by a stopped server expires.
+    store
+        .write(WriteOp::InsertApproval(ApprovalRow {
+            id: "c2".into(),
+            ..approval
+        }))
+        .await
+        .unwrap();
+    assert_eq!(store.expire_pending_approvals().await.unwrap(), 1);
+    let stored = store.approvals("t1").await.unwrap();
+    assert_eq!(stored[1].status, "expired");
 
     // A whole turn in one transaction, more rows than one INSERT carries.
     let turn_message = NewMessage {
@@ -155,29 +182,25 @@ async fn suite(store: &Store) {
         status: "completed".into(),
         ..store.messages("t1").await.unwrap()[1].clone()
     };
-    let tool_template = store.tool_calls("t1").await.unwrap()[0].clone();
     let model_template = store.model_calls("t1").await.unwrap()[0].clone();
-    let many: Vec<ToolCallRow> = (0..120)
-        .map(|i| ToolCallRow {
-            tool_call_id: format!("bulk{i}"),
-            message_id: "m3".into(),
-            ..tool_template.clone()
-        })
-        .collect();
-    let models: Vec<ModelCallRow> = (0..60)
+    // 301 rows: chunks of 256, 32, 8, 4 and 1.
+    let models: Vec<ModelCallRow> = (0..301)
         .map(|i| ModelCallRow {
+            id: format!("m3.m{i}"),
             depth: i,
             message_id: "m3".into(),
             ..model_template.clone()
         })
         .collect();
     store
-        .record_turn(&turn_message, &many, &models)
+        .write(WriteOp::FinishTurn {
+            message: turn_message,
+            models,
+        })
         .await
         .unwrap();
     assert_eq!(store.messages("t1").await.unwrap().len(), 3);
-    assert_eq!(store.tool_calls("t1").await.unwrap().len(), 121);
-    assert_eq!(store.model_calls("t1").await.unwrap().len(), 61);
+    assert_eq!(store.model_calls("t1").await.unwrap().len(), 302);
 
     // A new thread and its first message in one transaction.
     let fresh = weft_store::ThreadRow {
@@ -185,6 +208,7 @@ async fn suite(store: &Store) {
         owner: "alice".into(),
         title: "new".into(),
         permission_mode: "auto".into(),
+        agent: Some("helper".into()),
         created_at: now,
         updated_at: now,
     };
@@ -194,7 +218,11 @@ async fn suite(store: &Store) {
         role: "user".into(),
         ..store.messages("t1").await.unwrap()[0].clone()
     };
-    store.begin_turn(Some(&fresh), &first).await.unwrap();
+    let begin = |thread: Option<&weft_store::ThreadRow>, m: &NewMessage| WriteOp::BeginTurn {
+        thread: thread.cloned(),
+        messages: vec![m.clone()],
+    };
+    store.write(begin(Some(&fresh), &first)).await.unwrap();
     assert_eq!(
         store.thread("t3").await.unwrap().unwrap().permission_mode,
         "auto"
@@ -205,7 +233,7 @@ async fn suite(store: &Store) {
         ..first.clone()
     };
     assert!(
-        store.begin_turn(Some(&fresh), &again).await.is_err(),
+        store.write(begin(Some(&fresh), &again)).await.is_err(),
         "a thread is created once"
     );
     assert_eq!(
@@ -213,16 +241,224 @@ async fn suite(store: &Store) {
         1,
         "the failed start left nothing behind"
     );
-    store.begin_turn(None, &again).await.unwrap();
+    store.write(begin(None, &again)).await.unwrap();
     assert_eq!(store.messages("t3").await.unwrap().len(), 2);
+
+    record(store).await;
+
+    // Agents: per owner, created once, replaced, listed by name, deleted.
+    assert!(store
+        .create_agent("alice", "helper", "{\"name\":\"helper\"}")
+        .await
+        .unwrap());
+    assert!(
+        !store.create_agent("alice", "helper", "{}").await.unwrap(),
+        "names are unique per owner"
+    );
+    assert!(
+        store
+            .create_agent("bob", "helper", "{\"b\":1}")
+            .await
+            .unwrap(),
+        "…but not across owners"
+    );
+    assert!(store
+        .update_agent("alice", "helper", "{\"v\":2}")
+        .await
+        .unwrap());
+    assert!(!store.update_agent("alice", "nobody", "{}").await.unwrap());
+    assert_eq!(
+        store
+            .agent("alice", "helper")
+            .await
+            .unwrap()
+            .unwrap()
+            .config,
+        "{\"v\":2}"
+    );
+    assert_eq!(store.agents_of("bob").await.unwrap().len(), 1);
+    assert!(store.delete_agent("alice", "helper").await.unwrap());
+    assert!(store.agent("alice", "helper").await.unwrap().is_none());
+    assert_eq!(
+        store.thread("t3").await.unwrap().unwrap().agent.as_deref(),
+        Some("helper")
+    );
+    store
+        .write(WriteOp::SetThreadAgent {
+            id: "t3".into(),
+            agent: Some("other".into()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.thread("t3").await.unwrap().unwrap().agent.as_deref(),
+        Some("other")
+    );
 
     // Deleting a thread removes everything under it, and nothing else.
     assert!(store.delete_thread("t1").await.unwrap());
     assert!(!store.delete_thread("t1").await.unwrap());
     assert!(store.messages("t1").await.unwrap().is_empty());
-    assert!(store.tool_calls("t1").await.unwrap().is_empty());
+    assert!(store.model_calls("t1").await.unwrap().is_empty());
     assert!(store.approvals("t1").await.unwrap().is_empty());
     assert!(store.thread("t2").await.unwrap().is_some());
+}
+
+/// The conversation record: items inserted then replaced (a streaming draft becoming the
+/// final item), read back per thread (root only, in turn order) and per turn.
+async fn record(store: &Store) {
+    let now = now_ms();
+    let item = |_name: &str, turn: &str, position: i64, depth: i64, body: &str| ItemRow {
+        thread_id: "t3".into(),
+        message_id: turn.into(),
+        position,
+        kind: "assistant".into(),
+        parent_id: (depth > 0).then(|| "call".to_owned()),
+        depth,
+        body: body.into(),
+        created_at: now,
+    };
+    let turn = |id: &str, position: i64, status: &str| NewMessage {
+        id: id.into(),
+        thread_id: "t3".into(),
+        role: "assistant".into(),
+        content: json!(""),
+        execution_tree: None,
+        permission_mode: None,
+        status: status.into(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: 0.0,
+        created_at: now,
+        position,
+        metadata: None,
+    };
+    store
+        .write(WriteOp::BeginTurn {
+            thread: None,
+            messages: vec![turn("late", 20, "completed"), turn("early", 10, "running")],
+        })
+        .await
+        .unwrap();
+    // Submitted without waiting: the writer keeps their order, and the draft of `d` is
+    // replaced by its final body in the same batch.
+    store.submit(
+        WriteOp::Items(vec![item("d", "late", 0, 0, "{\"v\":\"draft\"}")]),
+        None,
+    );
+    store.submit(
+        WriteOp::Items(vec![
+            item("d", "late", 0, 0, "{\"v\":\"final\"}"),
+            item("e", "early", 1, 0, "{\"v\":2}"),
+            item("f", "early", 0, 0, "{\"v\":1}"),
+            item("g", "early", 2, 1, "{\"v\":3}"),
+        ]),
+        None,
+    );
+    store.write(WriteOp::Items(Vec::new())).await.unwrap();
+    let bodies = |rows: Vec<ItemRow>| rows.into_iter().map(|r| r.body).collect::<Vec<_>>();
+    assert_eq!(
+        bodies(store.root_items("t3").await.unwrap()),
+        vec!["{\"v\":1}", "{\"v\":2}", "{\"v\":\"final\"}"]
+    );
+    assert_eq!(store.turn_items("t3", "early").await.unwrap().len(), 3);
+    let running: Vec<String> = store
+        .running_turns()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(running, vec!["early"]);
+    assert_eq!(
+        store
+            .last_assistant_message("t3")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        "late"
+    );
+}
+
+/// Everything queued when the writer wakes goes out in one commit; an op that fails fails
+/// alone and the rest of its batch still commits.
+async fn group_commit(store: &Store) {
+    #[derive(Default)]
+    struct Count(std::sync::Mutex<Vec<(usize, bool)>>);
+    impl weft_store::WriteObserver for Count {
+        fn committed(&self, ops: usize, _rows: usize, _elapsed: std::time::Duration, ok: bool) {
+            self.0.lock().unwrap().push((ops, ok));
+        }
+    }
+    let count = std::sync::Arc::new(Count::default());
+    store.observe_writes(count.clone());
+    store.ensure_user("gc").await.unwrap();
+    let thread = |id: String| weft_store::ThreadRow {
+        id,
+        owner: "gc".into(),
+        title: String::new(),
+        permission_mode: "default".into(),
+        agent: None,
+        created_at: 0,
+        updated_at: 0,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    {
+        let hold = store.hold_writes().await;
+        for i in 0..200 {
+            let tx = tx.clone();
+            store.submit(
+                WriteOp::BeginTurn {
+                    // One op creates a thread that already exists: only it fails.
+                    thread: Some(thread(if i == 100 {
+                        "gc-0".into()
+                    } else {
+                        format!("gc-{i}")
+                    })),
+                    messages: Vec::new(),
+                },
+                Some(Box::new(move |r| {
+                    let _ = tx.send((i, r.is_ok()));
+                })),
+            );
+        }
+        assert_eq!(store.queued_writes(), 200);
+        drop(hold);
+    }
+    drop(tx);
+    let mut outcomes = Vec::new();
+    while let Some(o) = rx.recv().await {
+        outcomes.push(o);
+    }
+    assert_eq!(outcomes.len(), 200);
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(i, _)| *i)
+            .collect::<Vec<_>>(),
+        vec![100]
+    );
+    let commits = count.0.lock().unwrap().clone();
+    assert_eq!(commits[0], (200, false), "one batch for everything queued");
+    assert_eq!(commits.len(), 201, "then each op alone to find the culprit");
+    assert_eq!(store.threads_of("gc").await.unwrap().len(), 199);
+}
+
+#[tokio::test]
+async fn group_commit_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    group_commit(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn group_commit_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    group_commit(&db.store).await;
+    db.drop_database().await.unwrap();
 }
 
 #[tokio::test]

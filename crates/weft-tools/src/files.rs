@@ -1,25 +1,34 @@
-//! `read_file` and `write_file`, confined to the policy's workspace root.
+//! `read_file` and `write_file`, confined to the caller's workspace (see `workspace`); the
+//! file work runs on a blocking thread.
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use weft_core::truncate::truncate_known_size;
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
-use crate::workspace::resolve;
+use crate::workspace::{Refused, Workspace};
 
-/// Files larger than this are read only up to it (the result cap trims further).
-const READ_LIMIT_BYTES: u64 = 1 << 20;
-
-fn root(ctx: &ToolContext) -> Result<&std::path::Path, ToolError> {
-    ctx.workspace_root
-        .as_deref()
-        .ok_or_else(|| ToolError::model("no workspace is configured for this session"))
-}
-
-fn path_arg(args: &Value) -> Result<&str, ToolError> {
+fn path_arg(args: &Value) -> Result<String, ToolError> {
     args.get("path")
         .and_then(Value::as_str)
+        .map(str::to_owned)
         .ok_or_else(|| ToolError::model("`path` is required"))
+}
+
+/// Run `work` on the caller's workspace, on a blocking thread.
+async fn in_workspace<T: Send + 'static>(
+    ctx: &ToolContext,
+    work: impl FnOnce(Workspace) -> Result<T, Refused> + Send + 'static,
+) -> Result<T, ToolError> {
+    let root = ctx
+        .workspace_root
+        .clone()
+        .ok_or_else(|| ToolError::model("no workspace is configured for this session"))?;
+    tokio::task::spawn_blocking(move || Workspace::open(&root).and_then(work))
+        .await
+        .map_err(|e| ToolError::model(format!("the file operation failed: {e}")))?
+        .map_err(|r| ToolError::Model(r.0))
 }
 
 pub struct ReadFile;
@@ -43,17 +52,11 @@ impl Tool for ReadFile {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;
-        let path = resolve(root(ctx)?, relative, false).map_err(|r| ToolError::Model(r.0))?;
-        let file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| ToolError::model(format!("cannot read {relative}: {e}")))?;
-        let mut bytes = Vec::new();
-        use tokio::io::AsyncReadExt;
-        file.take(READ_LIMIT_BYTES)
-            .read_to_end(&mut bytes)
-            .await
-            .map_err(|e| ToolError::model(format!("cannot read {relative}: {e}")))?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        // Never more than the model will see, however big the file.
+        let cap = ctx.result_max_bytes;
+        let read = in_workspace(ctx, move |ws| ws.read(&relative, cap)).await?;
+        let text = String::from_utf8_lossy(&read.bytes).into_owned();
+        Ok(truncate_known_size(text, cap, read.size))
     }
 }
 
@@ -87,11 +90,11 @@ impl Tool for WriteFile {
         let content = args
             .get("content")
             .and_then(Value::as_str)
-            .ok_or_else(|| ToolError::model("`content` is required"))?;
-        let path = resolve(root(ctx)?, relative, true).map_err(|r| ToolError::Model(r.0))?;
-        tokio::fs::write(&path, content)
-            .await
-            .map_err(|e| ToolError::model(format!("cannot write {relative}: {e}")))?;
-        Ok(format!("wrote {} bytes to {relative}", content.len()))
+            .ok_or_else(|| ToolError::model("`content` is required"))?
+            .to_owned();
+        let size = content.len();
+        let shown = relative.clone();
+        in_workspace(ctx, move |ws| ws.write(&relative, content.as_bytes())).await?;
+        Ok(format!("wrote {size} bytes to {shown}"))
     }
 }

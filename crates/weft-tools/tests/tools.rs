@@ -16,10 +16,14 @@ fn ctx(root: Option<&Path>) -> ToolContext {
         tool_call_id: "c".into(),
         parent_id: None,
         depth: 0,
+        user_id: Arc::from("tester"),
         workspace_root: root.map(Arc::from),
+        result_max_bytes: 50_000,
         cancel: CancellationToken::new(),
         events: EventSink::detached(),
         memory: AgentMemory::new(),
+        emit_progress: false,
+        nested: None,
     }
 }
 

@@ -217,7 +217,12 @@ impl Bench {
             events,
             cancel: CancellationToken::new(),
             memory: AgentMemory::new(),
+            user_id: std::sync::Arc::from("bench"),
             workspace_root: None,
+            recorder: std::sync::Arc::new(weft_core::NoRecord),
+            planner: None,
+            context_window: 128_000,
+            artifacts: None,
         }
     }
 

@@ -8,18 +8,15 @@
 //!   text chunk, the server's peak RSS.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use weft_store::testing::TestDb;
 
 #[derive(Parser)]
 #[command(about = "Weft websocket load generator (W1 turns against the scripted provider)")]
@@ -88,6 +85,18 @@ fn fail(message: &str) -> ! {
     std::process::exit(1);
 }
 
+#[derive(serde::Deserialize, Default)]
+struct Frame<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: &'a str,
+    #[serde(default)]
+    done: bool,
+    #[serde(default)]
+    depth: u32,
+    #[serde(borrow, default)]
+    content: std::borrow::Cow<'a, str>,
+}
+
 /// One W1 turn on `ws`: (time to first frame, time to first text chunk, whole turn, text).
 async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
     let frame = json!({"command": "chat_message", "data": {"content": "Run workload W1."}});
@@ -109,17 +118,18 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
         let Message::Text(body) = message else {
             continue;
         };
-        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        // Only the fields the generator needs, borrowed: its own CPU stays small.
+        let frame: Frame<'_> = serde_json::from_str(&body).unwrap_or_default();
         first_frame.get_or_insert_with(|| started.elapsed());
-        match v["type"].as_str() {
-            Some("chunk") if v["done"] == true => break,
-            Some("chunk") => {
+        match frame.kind {
+            "chunk" if frame.done => break,
+            "chunk" => {
                 first_chunk.get_or_insert_with(|| started.elapsed());
-                if v["depth"] == 0 {
-                    text.push_str(v["content"].as_str().unwrap_or_default());
+                if frame.depth == 0 {
+                    text.push_str(&frame.content);
                 }
             }
-            Some("error") => fail(&format!("server error: {v}")),
+            "error" => fail(&format!("server error: {}", body.as_str())),
             _ => {}
         }
     }
@@ -132,6 +142,22 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
     )
 }
 
+/// The writer's commits, ops and commit time so far, from the server's `/metrics`.
+async fn writer_figures(server: &weft_bench::server::ServerProcess) -> Option<(f64, f64, f64)> {
+    let body = server.get("/metrics").await?;
+    let sum = |prefix: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Some((
+        sum("weft_store_commits_total"),
+        sum("weft_store_batch_ops_sum"),
+        sum("weft_store_commit_seconds_sum"),
+    ))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
@@ -140,52 +166,15 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| fail(&e.to_string()));
-    let script = dir.path().join("w1.json");
-    std::fs::write(&script, w1_script().to_string()).unwrap_or_else(|e| fail(&e.to_string()));
-    let (db_url, pg) = if args.db == "sqlite" {
-        (format!("sqlite://{}/bench.db", dir.path().display()), None)
-    } else {
-        let db = TestDb::postgres()
-            .await
-            .unwrap_or_else(|e| fail(&format!("PostgreSQL: {e}")));
-        (db.url.clone(), Some(db))
-    };
-    let workspace = dir.path().join("workspace");
-
-    let mut server = tokio::process::Command::new(&args.server_bin)
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .env("WEFT_SCRIPT", &script)
-        .env("WEFT_DATABASE_URL", &db_url)
-        .env("WEFT_WORKSPACE", &workspace)
-        .env("RUST_LOG", "warn,weft_server=info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| fail(&format!("cannot start {}: {e}", args.server_bin.display())));
-    let pid = server.id().unwrap_or(0);
-    let stdout = server
-        .stdout
-        .take()
-        .unwrap_or_else(|| fail("no server stdout"));
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        match tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
-            Ok(Ok(Some(line))) => {
-                if let Some(at) = line.find("listening on ") {
-                    // The log may be coloured: the address ends at whitespace or an escape.
-                    let rest = &line[at + "listening on ".len()..];
-                    break rest
-                        .chars()
-                        .take_while(|c| !c.is_whitespace() && *c != '\u{1b}')
-                        .collect::<String>();
-                }
-            }
-            _ => fail("the server never said `listening on`"),
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let server = weft_bench::server::start(
+        &args.server_bin,
+        &w1_script(),
+        weft_bench::server::NO_USER_LIMITS,
+        &args.db,
+    )
+    .await
+    .unwrap_or_else(|e| fail(&e));
+    let (pid, addr) = (server.pid, server.addr.clone());
     let expected: String = (0..20).map(|j| format!("w{j:03} ")).collect::<String>();
     let peer = format!("weft-ws-{}", args.db);
 
@@ -236,6 +225,8 @@ async fn main() {
         sockets.push(connect(&addr).await);
     }
     let gate = Arc::new(tokio::sync::Barrier::new(args.concurrent));
+    let server_cpu_before = weft_bench::cpu_seconds_of(&pid.to_string());
+    let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
     let tasks: Vec<_> = sockets
         .into_iter()
@@ -261,6 +252,8 @@ async fn main() {
         keep.push(ws);
     }
     let wall = started.elapsed().as_secs_f64();
+    let server_cpu = weft_bench::cpu_seconds_of(&pid.to_string()) - server_cpu_before;
+    let own_cpu = weft_bench::cpu_seconds_of("self") - own_cpu_before;
     let (peak, _) = rss_of(pid);
     first_frames.sort();
     first_chunks.sort();
@@ -284,6 +277,14 @@ async fn main() {
         percentile(&first_chunks, 0.99)
     );
     println!(
+        "{peer},conc{n}_server_cpu_per_turn,{:.0},us",
+        server_cpu * 1e6 / n as f64
+    );
+    println!(
+        "{peer},conc{n}_load_generator_cpu_per_turn,{:.0},us",
+        own_cpu * 1e6 / n as f64
+    );
+    println!(
         "{peer},conc{n}_server_peak_rss,{:.1},MB",
         peak as f64 / 1024.0
     );
@@ -293,9 +294,14 @@ async fn main() {
     );
     drop(keep);
     tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let _ = server.kill().await;
-    if let Some(db) = pg {
-        let _ = db.drop_database().await;
+    if let Some((commits, ops, seconds)) = writer_figures(&server).await {
+        println!("{peer},commits_total,{commits},commits");
+        println!("{peer},ops_per_commit,{:.1},ops", ops / commits.max(1.0));
+        println!(
+            "{peer},commit_ms_mean,{:.2},ms",
+            seconds * 1000.0 / commits.max(1.0)
+        );
     }
+
+    server.stop().await;
 }

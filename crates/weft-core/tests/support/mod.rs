@@ -49,6 +49,46 @@ pub struct Harness {
     pub rate_card: RateCard,
     pub user: String,
     pub workspace: Option<std::path::PathBuf>,
+    pub recorder: Arc<dyn weft_core::Recorder>,
+    /// History before the user's message.
+    pub earlier: Vec<ChatMessage>,
+    pub planner: Option<weft_core::PlannerSpec>,
+    pub context_window: u64,
+    pub artifacts: Option<Arc<dyn weft_core::Artifacts>>,
+}
+
+/// A recorder that keeps a line per recorded round, for asserting the record.
+#[derive(Default)]
+pub struct RecordLines(pub Mutex<Vec<String>>);
+
+impl weft_core::Recorder for RecordLines {
+    fn assistant(
+        &self,
+        place: weft_core::Place<'_>,
+        text: &str,
+        calls: &[weft_protocol::RecordedCall],
+    ) {
+        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        self.0.lock().push(format!(
+            "d{} assistant {text:?} {}",
+            place.depth,
+            names.join(",")
+        ));
+    }
+    fn results(&self, place: weft_core::Place<'_>, results: &[weft_core::RecordedResult]) {
+        let names: Vec<String> = results
+            .iter()
+            .map(|r| format!("{}{}", r.name, if r.is_error { "!" } else { "" }))
+            .collect();
+        self.0
+            .lock()
+            .push(format!("d{} results {}", place.depth, names.join(",")));
+    }
+    fn summary(&self, place: weft_core::Place<'_>, summary: &str, kept: usize) {
+        self.0
+            .lock()
+            .push(format!("d{} summary {summary:?} kept {kept}", place.depth));
+    }
 }
 
 impl Harness {
@@ -67,6 +107,11 @@ impl Harness {
             rate_card: RateCard::new(),
             user: "go".to_owned(),
             workspace: None,
+            recorder: Arc::new(weft_core::NoRecord),
+            earlier: Vec::new(),
+            planner: None,
+            context_window: 128_000,
+            artifacts: None,
         }
     }
 
@@ -95,7 +140,12 @@ impl Harness {
             provider: self.provider.clone(),
             model: "test-model".to_owned(),
             system_prompt: "You are a test agent.".to_owned(),
-            history: vec![ChatMessage::user(self.user.as_str())],
+            history: self
+                .earlier
+                .iter()
+                .cloned()
+                .chain([ChatMessage::user(self.user.as_str())])
+                .collect(),
             toolbelt: Toolbelt::new(self.tools.clone()),
             config: Arc::new(self.config.clone()),
             gate: self.gate.clone(),
@@ -103,7 +153,12 @@ impl Harness {
             events,
             cancel: self.cancel.clone(),
             memory: self.memory.clone(),
+            user_id: Arc::from("tester"),
             workspace_root: self.workspace.clone().map(|p| Arc::from(p.as_path())),
+            recorder: self.recorder.clone(),
+            planner: self.planner.clone(),
+            context_window: self.context_window,
+            artifacts: self.artifacts.clone(),
         }
     }
 
@@ -138,7 +193,11 @@ pub fn line(event: &ServerEvent) -> String {
             parent_id,
             ..
         } => {
-            format!("start d{depth}{} {name}#{tool_call_id}", parent(parent_id))
+            format!(
+                "start d{depth}{} {name}#{}",
+                parent(parent_id),
+                hint(tool_call_id)
+            )
         }
         ServerEvent::ToolCallUpdate {
             tool_call_id,
@@ -155,17 +214,18 @@ pub fn line(event: &ServerEvent) -> String {
                 ""
             };
             format!(
-                "end d{depth}{} {name}#{tool_call_id}{err}",
-                parent(parent_id)
+                "end d{depth}{} {name}#{}{err}",
+                parent(parent_id),
+                hint(tool_call_id)
             )
         }
         ServerEvent::ToolApprovalRequest {
             tool_call_id, name, ..
-        } => format!("approval? {name}#{tool_call_id}"),
+        } => format!("approval? {name}#{}", hint(tool_call_id)),
         ServerEvent::ToolApprovalResolved {
             tool_call_id,
             decision,
-        } => format!("approval! {tool_call_id} {decision}"),
+        } => format!("approval! {} {decision}", hint(tool_call_id)),
         ServerEvent::BudgetExceeded {
             reason,
             limit,
@@ -189,7 +249,27 @@ pub fn line(event: &ServerEvent) -> String {
 }
 
 fn parent(p: &Option<String>) -> String {
-    p.as_ref().map(|p| format!(" <{p}>")).unwrap_or_default()
+    p.as_ref()
+        .map(|p| format!(" <{}>", hint(p)))
+        .unwrap_or_default()
+}
+
+/// The provider's id inside a wire id (`c1~k3f9a21` → `c1`).
+pub fn hint(wire_id: &str) -> &str {
+    wire_id.split('~').next().unwrap_or(wire_id)
+}
+
+/// The wire id of the call the provider named `id`.
+pub fn wire_id(events: &[ServerEvent], id: &str) -> String {
+    events
+        .iter()
+        .find_map(|e| match e {
+            ServerEvent::ToolCallUpdate { tool_call_id, .. } if hint(tool_call_id) == id => {
+                Some(tool_call_id.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no call {id}"))
 }
 
 pub fn lines(events: &[ServerEvent]) -> Vec<String> {
@@ -207,7 +287,7 @@ pub fn result_of(events: &[ServerEvent], id: &str) -> (String, bool) {
                 result,
                 is_error,
                 ..
-            } if tool_call_id == id => Some((
+            } if hint(tool_call_id) == id => Some((
                 result.clone().unwrap_or_default(),
                 is_error.unwrap_or(false),
             )),
@@ -226,7 +306,7 @@ pub fn metadata_of(events: &[ServerEvent], id: &str) -> weft_protocol::ToolResul
                 status: ToolCallStatus::End,
                 metadata,
                 ..
-            } if tool_call_id == id => metadata.as_deref().cloned(),
+            } if hint(tool_call_id) == id => metadata.as_deref().cloned(),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no metadata for {id}"))

@@ -58,6 +58,8 @@ pub enum Behaviour {
     Fail(&'static str),
     Fatal(&'static str),
     Panic,
+    /// Report progress `1..=n` of `n` through the context, then answer `done`.
+    Progress(u32),
 }
 
 impl TestTool {
@@ -126,7 +128,7 @@ impl Tool for TestTool {
     fn exclusive_lock(&self) -> Option<&str> {
         self.lock
     }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         self.probe.enter(&args);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
@@ -138,6 +140,12 @@ impl Tool for TestTool {
             Behaviour::Fail(m) => Err(ToolError::model(*m)),
             Behaviour::Fatal(m) => Err(ToolError::Fatal((*m).to_owned())),
             Behaviour::Panic => panic!("test tool panicked on purpose"),
+            Behaviour::Progress(n) => {
+                for i in 1..=*n {
+                    ctx.progress(f64::from(i), Some(f64::from(*n)), Some(format!("step {i}")));
+                }
+                Ok("done".to_owned())
+            }
         }
     }
 }

@@ -13,13 +13,91 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use weft_core::{Provider, ProviderRequest};
+use weft_providers::ScriptedProvider;
 use weft_server::{AppState, Config, Providers};
 use weft_store::testing::TestDb;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+// Mock OpenAI endpoints (wiremock): SSE bodies and responses mounted in order.
+
+pub fn openai_sse(chunks: &[Value]) -> ResponseTemplate {
+    let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    body.push_str("data: [DONE]\n\n");
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_string(body)
+}
+
+pub fn openai_chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+pub fn openai_text(text: &str) -> ResponseTemplate {
+    openai_sse(&[
+        openai_chunk(json!({"content": text}), None),
+        openai_chunk(json!({}), Some("stop")),
+    ])
+}
+
+/// Mount `responses` to answer the provider's calls in order, one each.
+pub async fn in_order(server: &MockServer, route: &str, responses: Vec<ResponseTemplate>) {
+    for (i, response) in responses.into_iter().enumerate() {
+        Mock::given(method("POST"))
+            .and(path(route))
+            .respond_with(response)
+            .up_to_n_times(1)
+            .with_priority(u8::try_from(i + 1).unwrap())
+            .mount(server)
+            .await;
+    }
+}
+
+/// The scripted provider as the server uses it, recording every request it is sent; its
+/// script can be replaced mid-test (for a script that names ids only known after a turn).
+pub struct TestProvider {
+    inner: parking_lot::Mutex<Arc<dyn Provider>>,
+    pub requests: parking_lot::Mutex<Vec<ProviderRequest>>,
+}
+
+impl TestProvider {
+    pub fn set_script(&self, script: Value) {
+        *self.inner.lock() = Arc::new(ScriptedProvider::from_value(script).unwrap());
+    }
+
+    pub fn requests(&self) -> Vec<ProviderRequest> {
+        self.requests.lock().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for TestProvider {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn capabilities(&self, model: &str) -> weft_core::Capabilities {
+        self.inner.lock().capabilities(model)
+    }
+    async fn stream(
+        &self,
+        request: ProviderRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<weft_core::ProviderStream, weft_core::ProviderError> {
+        self.requests.lock().push(request.clone());
+        let inner = self.inner.lock().clone();
+        inner.stream(request, cancel).await
+    }
+}
 
 pub struct TestServer {
     pub addr: SocketAddr,
     pub state: Arc<AppState>,
+    /// The scripted provider, recording what the model was sent.
+    pub provider: Arc<TestProvider>,
+    /// The local user's workspace (each user has `<root>/<user>`).
     pub workspace: std::path::PathBuf,
+    pub workspace_root: std::path::PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     db: Option<TestDb>,
@@ -44,7 +122,11 @@ impl TestServer {
         config.providers.scripted.script = Some(script_path);
         config.provider.default = Some("scripted".into());
         config.policy.workspace_root = workspace.clone();
+        config.assets.dir = dir.path().join("assets");
         config.server.shutdown_timeout_ms = 5_000;
+        // Tests run many turns as one user; the limits have their own tests.
+        config.limits.turns_per_user = 0;
+        config.limits.messages_per_minute = 0;
         configure(&mut config);
 
         let db = if use_sqlite() {
@@ -52,7 +134,14 @@ impl TestServer {
         } else {
             TestDb::postgres().await.unwrap()
         };
-        let providers = Providers::from_config(&config).unwrap();
+        let mut providers = Providers::from_config(&config).unwrap();
+        let provider = Arc::new(TestProvider {
+            inner: parking_lot::Mutex::new(Arc::new(
+                ScriptedProvider::from_value(script.clone()).unwrap(),
+            )),
+            requests: parking_lot::Mutex::default(),
+        });
+        providers.insert("scripted", provider.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = AppState::new(config, db.store.clone(), providers, addr)
@@ -62,16 +151,27 @@ impl TestServer {
         let handle = tokio::spawn(weft_server::serve(state.clone(), listener, async move {
             let _ = rx.await;
         }));
-        let workspace = workspace.canonicalize().unwrap();
+        let workspace_root = workspace.canonicalize().unwrap();
+        let workspace = workspace_root.join("local");
+        std::fs::create_dir_all(&workspace).unwrap();
         TestServer {
             addr,
             state,
+            provider,
             workspace,
+            workspace_root,
             shutdown: Some(tx),
             handle: Some(handle),
             db: Some(db),
             _dir: dir,
         }
+    }
+
+    /// A user's own workspace directory (created if missing).
+    pub fn workspace_of(&self, user: &str) -> std::path::PathBuf {
+        let dir = self.workspace_root.join(user);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -104,6 +204,30 @@ impl TestServer {
         let mut req = reqwest::Client::new().get(self.url(path));
         if let Some(key) = key {
             req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// A REST call with a JSON body (or none); the status and the JSON answer.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = reqwest::Client::new().request(method, self.url(path));
+        if let Some(key) = key {
+            req = req.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
@@ -231,6 +355,16 @@ impl Client {
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
     }
+}
+
+/// The provider's id inside a server-unique call id (`sa~k3f9a21` → `sa`).
+pub fn hint(id: &str) -> &str {
+    id.split('~').next().unwrap_or(id)
+}
+
+/// A JSON id value reduced to its provider hint.
+pub fn hinted(id: &Value) -> Value {
+    id.as_str().map_or(Value::Null, |s| json!(hint(s)))
 }
 
 pub fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {

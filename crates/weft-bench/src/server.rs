@@ -1,0 +1,107 @@
+//! The real `weft` server as a child process for the socket benchmarks: a fresh database
+//! (PostgreSQL or SQLite), a scripted provider, a config of the caller's, and the address it
+//! listens on.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+use weft_store::testing::TestDb;
+
+pub struct ServerProcess {
+    pub child: Child,
+    pub pid: u32,
+    pub addr: String,
+    pg: Option<TestDb>,
+    _dir: tempfile::TempDir,
+}
+
+/// One local user drives every turn of a load test: no per-user limits.
+pub const NO_USER_LIMITS: &str = "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n";
+
+/// Start `bin serve` with `script` (scripted provider), `config` (TOML) and `db` (`postgres`
+/// or `sqlite`).
+pub async fn start(
+    bin: &Path,
+    script: &serde_json::Value,
+    config: &str,
+    db: &str,
+) -> Result<ServerProcess, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script.to_string()).map_err(|e| e.to_string())?;
+    let (db_url, pg) = if db == "sqlite" {
+        (format!("sqlite://{}/bench.db", dir.path().display()), None)
+    } else {
+        let pg = TestDb::postgres()
+            .await
+            .map_err(|e| format!("PostgreSQL: {e}"))?;
+        (pg.url.clone(), Some(pg))
+    };
+    let config_path = dir.path().join("weft.toml");
+    std::fs::write(&config_path, config).map_err(|e| e.to_string())?;
+    let workspace: PathBuf = dir.path().join("workspace");
+    let mut child = tokio::process::Command::new(bin)
+        .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+        .arg(&config_path)
+        .env("WEFT_SCRIPT", &script_path)
+        .env("WEFT_DATABASE_URL", &db_url)
+        .env("WEFT_WORKSPACE", &workspace)
+        .env("RUST_LOG", "warn,weft_server=info")
+        .current_dir(dir.path())
+        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let pid = child.id().unwrap_or(0);
+    let stdout = child.stdout.take().ok_or("no server stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        match tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
+            Ok(Ok(Some(line))) => {
+                if let Some(at) = line.find("listening on ") {
+                    // The log may be coloured: the address ends at whitespace or an escape.
+                    let rest = &line[at + "listening on ".len()..];
+                    break rest
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != '\u{1b}')
+                        .collect::<String>();
+                }
+            }
+            _ => return Err("the server never said `listening on`".into()),
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(ServerProcess {
+        child,
+        pid,
+        addr,
+        pg,
+        _dir: dir,
+    })
+}
+
+impl ServerProcess {
+    /// Stop the server and drop its database.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+        if let Some(pg) = self.pg.take() {
+            let _ = pg.drop_database().await;
+        }
+    }
+
+    /// A GET on the server, as plain text (status line and body).
+    pub async fn get(&self, path: &str) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(&self.addr).await.ok()?;
+        tcp.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut body = String::new();
+        tcp.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    }
+}

@@ -1,0 +1,442 @@
+//! Crash consistency of the real `weft` process: `kill -9` mid-stream, while an approval is
+//! pending, and with 200 turns running; then a restart on the same database must close every
+//! unfinished turn as `interrupted` with its partial text, answer every unanswered call with
+//! "interrupted", expire pending approvals, answer `resume_chat` from the store, and take the
+//! next turn. On SQLite and on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use weft_store::testing::TestDb;
+
+const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A database that outlives server processes.
+struct Db {
+    url: String,
+    pg: Option<TestDb>,
+    dir: tempfile::TempDir,
+}
+
+impl Db {
+    async fn new(postgres: bool) -> Db {
+        let dir = tempfile::tempdir().unwrap();
+        if postgres {
+            let pg = TestDb::postgres().await.unwrap();
+            Db {
+                url: pg.url.clone(),
+                pg: Some(pg),
+                dir,
+            }
+        } else {
+            Db {
+                url: format!("sqlite://{}/weft.db", dir.path().display()),
+                pg: None,
+                dir,
+            }
+        }
+    }
+
+    async fn drop_database(self) {
+        if let Some(pg) = self.pg {
+            pg.drop_database().await.unwrap();
+        }
+    }
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    async fn start(db: &Db, script: &Value) -> Server {
+        let script_path = db.dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        // One local user runs every turn here: no per-user limits.
+        let config = db.dir.path().join("weft.toml");
+        std::fs::write(
+            &config,
+            "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n",
+        )
+        .unwrap();
+        let mut child = Command::new(WEFT)
+            .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .env("WEFT_SCRIPT", &script_path)
+            .env("WEFT_DATABASE_URL", &db.url)
+            .env("WEFT_WORKSPACE", db.dir.path().join("workspace"))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .current_dir(db.dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            assert!(
+                Instant::now() < deadline,
+                "the server never said `listening on`"
+            );
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .expect("server output");
+            if let Some(at) = line.find("listening on ") {
+                break line[at + 13..]
+                    .chars()
+                    .take_while(|c| !c.is_whitespace())
+                    .collect::<String>();
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Server { child, addr }
+    }
+
+    /// `kill -9`: no shutdown, no flush, nothing.
+    async fn kill(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    async fn connect(&self) -> Ws {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", self.addr))
+            .await
+            .unwrap();
+        ws
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        reqwest::get(format!("http://{}{path}", self.addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+async fn send(ws: &mut Ws, frame: Value) {
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+}
+
+async fn recv(ws: &mut Ws) -> Value {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("timed out waiting for a frame");
+        match next {
+            Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("socket ended: {other:?}"),
+        }
+    }
+}
+
+async fn until(ws: &mut Ws, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut frames = Vec::new();
+    loop {
+        let f = recv(ws).await;
+        let stop = done(&f);
+        frames.push(f);
+        if stop {
+            return frames;
+        }
+    }
+}
+
+fn is_done(f: &Value) -> bool {
+    f["type"] == "chunk" && f["done"] == true
+}
+
+fn chat(content: &str, thread: Option<&str>) -> Value {
+    let mut data = json!({"content": content});
+    if let Some(t) = thread {
+        data["thread_id"] = json!(t);
+    }
+    json!({"command": "chat_message", "data": data})
+}
+
+/// The record of a thread is consistent: every call has exactly one result, no two user
+/// messages follow each other without an assistant message between them.
+fn assert_consistent(items: &Value) {
+    let items = items.as_array().unwrap();
+    let mut calls = HashSet::new();
+    let mut results = Vec::new();
+    let mut last_kind = "";
+    for item in items {
+        let kind = item["kind"].as_str().unwrap();
+        assert!(
+            !(kind == "user" && last_kind == "user"),
+            "two user messages in a row: {items:?}"
+        );
+        last_kind = kind;
+        for call in item["tool_calls"].as_array().into_iter().flatten() {
+            calls.insert(call["id"].as_str().unwrap().to_owned());
+        }
+        if kind == "tool_result" {
+            results.push(item["tool_call_id"].as_str().unwrap().to_owned());
+        }
+    }
+    let unique: HashSet<_> = results.iter().cloned().collect();
+    assert_eq!(
+        unique.len(),
+        results.len(),
+        "a call answered twice: {items:?}"
+    );
+    assert_eq!(unique, calls, "calls and results do not pair up: {items:?}");
+}
+
+async fn mid_stream(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let chunks: Vec<String> = (0..30).map(|i| format!("w{i:02} ")).collect();
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": chunks, "chunk_delay_ms": 150},
+        {"text": "back again"}]}]});
+    let server = Server::start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("tell me a long story", None)).await;
+    let mut seen: Vec<(Instant, Value)> = Vec::new();
+    while seen.iter().filter(|(_, f)| f["type"] == "chunk").count() < 16 {
+        let f = recv(&mut ws).await;
+        seen.push((Instant::now(), f));
+    }
+    let thread = seen[0].1["thread_id"].as_str().unwrap().to_owned();
+    let killed_at = Instant::now();
+    server.kill().await;
+    // What the client had more than a flush period (plus scheduling slack) before the kill
+    // must be stored.
+    let old_enough: String = seen
+        .iter()
+        .filter(|(at, f)| {
+            f["type"] == "chunk" && killed_at.duration_since(*at) > Duration::from_millis(1500)
+        })
+        .map(|(_, f)| f["content"].as_str().unwrap())
+        .collect();
+    let streamed: String = seen
+        .iter()
+        .filter(|(_, f)| f["type"] == "chunk")
+        .map(|(_, f)| f["content"].as_str().unwrap())
+        .collect();
+    assert!(!old_enough.is_empty());
+
+    let server = Server::start(&db, &script).await;
+    let messages = server.get(&format!("/threads/{thread}/messages")).await;
+    let assistant = &messages[1];
+    assert_eq!(assistant["status"], "interrupted");
+    let stored = assistant["content"].as_str().unwrap();
+    assert!(
+        stored.starts_with(&old_enough),
+        "stored {stored:?}, expected at least {old_enough:?}"
+    );
+    assert!(
+        streamed.starts_with(stored),
+        "stored {stored:?} was never streamed"
+    );
+
+    // resume_chat answers from the store.
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 17}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    assert_eq!(frames[0]["type"], "message");
+    assert_eq!(frames[0]["message"]["status"], "interrupted");
+    assert_eq!(frames[0]["message"]["content"], stored);
+
+    // The next turn works, after the interrupted answer in the record.
+    send(&mut ws, chat("go on", Some(&thread))).await;
+    let frames = until(&mut ws, is_done).await;
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "chunk")
+        .filter_map(|f| f["content"].as_str())
+        .collect();
+    assert_eq!(text, "back again");
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    let kinds: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, vec!["user", "assistant", "user", "assistant"]);
+    assert_eq!(items[1]["partial"], true);
+    assert_consistent(&items);
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn kill_mid_stream_then_restart_on_sqlite() {
+    mid_stream(false).await;
+}
+
+#[tokio::test]
+async fn kill_mid_stream_then_restart_on_postgres() {
+    mid_stream(true).await;
+}
+
+async fn pending_approval(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["Saving your notes. "], "tool_calls": [
+            {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}},
+            {"id": "m", "name": "memory_write", "arguments": {"key": "k", "value": "v"}}]},
+        {"text": "All good now."}]}]});
+    let server = Server::start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("save my notes", None)).await;
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    // The response and its calls are committed long before this.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill().await;
+
+    let server = Server::start(&db, &script).await;
+    let messages = server.get(&format!("/threads/{thread}/messages")).await;
+    assert_eq!(messages[1]["status"], "interrupted");
+    assert_eq!(messages[1]["content"], "Saving your notes. ");
+    let nodes = messages[1]["execution_tree"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert!(nodes
+        .iter()
+        .all(|n| n["is_error"] == true && n["result_preview"] == "interrupted"));
+
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    assert_consistent(&items);
+    let results: Vec<(&str, &str)> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "tool_result")
+        .map(|i| (i["name"].as_str().unwrap(), i["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("write_file", "interrupted"),
+            ("memory_write", "interrupted")
+        ]
+    );
+
+    // The approval expired in the store.
+    let store = weft_store::Store::connect(&db.url).await.unwrap();
+    let approvals = store.approvals(&thread).await.unwrap();
+    assert_eq!(approvals.len(), 1);
+    assert_eq!(approvals[0].status, "expired");
+    store.close().await;
+
+    // The next turn works: its history has the calls with their interrupted results.
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("try again", Some(&thread))).await;
+    let frames = until(&mut ws, is_done).await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["type"] == "chunk" && f["content"] == "All good now."),
+        "{frames:?}"
+    );
+    assert_consistent(&server.get(&format!("/threads/{thread}/items")).await);
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn kill_with_an_approval_pending_then_restart_on_sqlite() {
+    pending_approval(false).await;
+}
+
+#[tokio::test]
+async fn kill_with_an_approval_pending_then_restart_on_postgres() {
+    pending_approval(true).await;
+}
+
+async fn under_load(postgres: bool) {
+    let db = Db::new(postgres).await;
+    // Each turn: 6 rounds of 3 parallel calls, then text; slow enough to be mid-flight.
+    let mut steps: Vec<Value> = (0..6)
+        .map(|r| {
+            json!({"chunks": [format!("r{r} ")], "delay_ms": 40, "tool_calls": (0..3)
+                .map(|j| json!({"name": "memory_write", "arguments": {"key": format!("k{j}"), "value": format!("v{r}")}}))
+                .collect::<Vec<_>>()})
+        })
+        .collect();
+    steps.push(json!({"text": "finished", "repeat": true}));
+    let script = json!({"conversations": [{"match": "*", "steps": steps}]});
+    let server = Server::start(&db, &script).await;
+    let mut sockets = Vec::new();
+    for _ in 0..200 {
+        sockets.push(server.connect().await);
+    }
+    for ws in &mut sockets {
+        send(ws, chat("work", None)).await;
+    }
+    let mut threads = Vec::new();
+    for ws in &mut sockets {
+        let f = until(ws, |f| f["type"] == "turn_started").await;
+        threads.push(f[0]["thread_id"].as_str().unwrap().to_owned());
+    }
+    // Some rounds have happened everywhere; then the process dies.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.kill().await;
+    drop(sockets);
+
+    let server = Server::start(&db, &script).await;
+    let mut interrupted = 0;
+    for thread in &threads {
+        let messages = server.get(&format!("/threads/{thread}/messages")).await;
+        let Some(messages) = messages.as_array() else {
+            // Its start never reached the database: nothing to be inconsistent.
+            assert_eq!(messages["error"]["code"], "thread_not_found", "{messages}");
+            continue;
+        };
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        let status = messages[1]["status"].as_str().unwrap();
+        assert!(status == "interrupted" || status == "completed", "{status}");
+        interrupted += usize::from(status == "interrupted");
+        assert_consistent(&server.get(&format!("/threads/{thread}/items")).await);
+    }
+    assert!(interrupted > 0, "the kill should catch turns mid-flight");
+    // Every thread takes a new turn.
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("again", Some(&threads[0]))).await;
+    let frames = until(&mut ws, is_done).await;
+    assert!(frames.iter().any(|f| f["type"] == "message"), "{frames:?}");
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn kill_with_200_turns_running_then_restart_on_sqlite() {
+    under_load(false).await;
+}
+
+#[tokio::test]
+async fn kill_with_200_turns_running_then_restart_on_postgres() {
+    under_load(true).await;
+}

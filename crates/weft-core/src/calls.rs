@@ -1,0 +1,200 @@
+//! Tool calls made by code rather than by the model — from a code-mode run, from a workflow's
+//! nodes, from a tool that runs others — at one place in the turn (a depth, under a parent
+//! call). Each goes through the very path a model's call takes: validation, the gate and
+//! approvals, budget, timeout, truncation or offloading, metadata, events, record.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use weft_protocol::{AgentConfig, PermissionMode};
+
+use crate::dispatch::dispatch_one;
+use crate::events::EventSink;
+use crate::hosted::{ModelError, ToolOutcome};
+use crate::message::{ChatMessage, ToolCallRequest};
+use crate::prompts;
+use crate::record::{new_call_id, Call, Place};
+use crate::repetition::RepetitionGuard;
+use crate::run_loop::Level;
+use crate::sample::{sample, SampleError};
+use crate::toolbelt::Toolbelt;
+use crate::turn::Turn;
+
+/// Where calls are made from, and what they may use.
+pub struct CallSite {
+    turn: Arc<Turn>,
+    level: Level,
+    guard: Mutex<RepetitionGuard>,
+    slots: Arc<Semaphore>,
+}
+
+/// What a tool gets to make calls of its own: nested under its call, one level deeper.
+/// Cheap to carry; [`Nested::site`] builds the call site when a tool uses it.
+#[derive(Clone)]
+pub struct Nested {
+    turn: Arc<Turn>,
+    parent_id: String,
+    depth: u32,
+    toolbelt: Toolbelt,
+}
+
+impl std::fmt::Debug for Nested {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nested")
+            .field("parent_id", &self.parent_id)
+            .field("depth", &self.depth)
+            .finish()
+    }
+}
+
+impl Nested {
+    pub(crate) fn new(turn: &Arc<Turn>, parent_id: &str, depth: u32, toolbelt: &Toolbelt) -> Self {
+        Nested {
+            turn: turn.clone(),
+            parent_id: parent_id.to_owned(),
+            depth,
+            toolbelt: toolbelt.clone(),
+        }
+    }
+
+    pub fn site(&self) -> CallSite {
+        CallSite::new(
+            self.turn.clone(),
+            self.depth,
+            Some(self.parent_id.clone()),
+            &self.toolbelt,
+        )
+    }
+}
+
+impl CallSite {
+    /// Calls at `depth` under `parent_id` (none: the root), choosing among `toolbelt` without
+    /// delegation (code and workflows call tools, not sub-agents).
+    pub(crate) fn new(
+        turn: Arc<Turn>,
+        depth: u32,
+        parent_id: Option<String>,
+        toolbelt: &Toolbelt,
+    ) -> CallSite {
+        let toolbelt = toolbelt
+            .without(prompts::RUN_SUBTASK)
+            .without(prompts::RUN_PARALLEL_SUBAGENTS);
+        let level = Level {
+            depth,
+            parent_id,
+            system: Arc::from(""),
+            specs: toolbelt.specs(&turn.config.injected_tool_args),
+            toolbelt,
+            output_schema: None,
+            llm: turn.llm.clone(),
+            quiet: false,
+            response_schema: None,
+        };
+        CallSite {
+            guard: Mutex::new(RepetitionGuard::new(turn.config.max_identical_calls)),
+            slots: Arc::new(Semaphore::new(turn.config.max_parallel_per_turn.max(1))),
+            turn,
+            level,
+        }
+    }
+
+    /// One tool call (its `arguments` are the raw JSON text), exactly as the classic loop runs
+    /// one. Calls run concurrently up to `max_parallel_per_turn`; a tool that is not
+    /// parallel-safe runs alone.
+    pub async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome {
+        let alone = self
+            .level
+            .toolbelt
+            .get(name)
+            .is_some_and(|t| !t.parallel_safe());
+        let wanted = if alone {
+            u32::try_from(self.turn.config.max_parallel_per_turn.max(1)).unwrap_or(u32::MAX)
+        } else {
+            1
+        };
+        let _slot = self.slots.acquire_many(wanted).await;
+        let wire_id = new_call_id(name);
+        let call = Call {
+            wire_id: wire_id.clone(),
+            request: ToolCallRequest {
+                id: wire_id,
+                name: name.to_owned(),
+                arguments,
+            },
+        };
+        let place = self.level.place();
+        self.turn.recorder.assistant(place, "", &[call.recorded()]);
+        let result = dispatch_one(&self.turn, &self.level, &call, &self.guard).await;
+        self.turn.recorder.results(place, &[result.recorded()]);
+        ToolOutcome {
+            content: result.content,
+            is_error: result.is_error,
+        }
+    }
+
+    /// One model call without tools, its text not streamed, on the turn's model and budget.
+    pub async fn complete(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+    ) -> Result<String, ModelError> {
+        let level = Level {
+            depth: self.level.depth,
+            parent_id: self.level.parent_id.clone(),
+            system: system.into(),
+            toolbelt: Toolbelt::default(),
+            specs: Arc::from([]),
+            output_schema: None,
+            llm: self.level.llm.clone(),
+            quiet: true,
+            response_schema: None,
+        };
+        let mut ignored = String::new();
+        match sample(&self.turn, &level, Arc::new(messages), &mut ignored).await {
+            Ok(sampled) => Ok(sampled.text),
+            Err(SampleError::Stopped) => Err(ModelError::Stopped),
+            Err(SampleError::Provider(message)) => Err(ModelError::Provider(message)),
+        }
+    }
+
+    /// The tools calls may use.
+    pub fn toolbelt(&self) -> &Toolbelt {
+        &self.level.toolbelt
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.turn.config
+    }
+
+    pub fn permission_mode(&self) -> PermissionMode {
+        self.turn.gate.mode()
+    }
+
+    /// Where calls from here sit.
+    pub fn place(&self) -> Place<'_> {
+        self.level.place()
+    }
+
+    pub fn parent_id(&self) -> Option<&str> {
+        self.level.parent_id.as_deref()
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.level.depth
+    }
+
+    /// The turn's events (frames to the user).
+    pub fn events(&self) -> &EventSink {
+        &self.turn.events
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.turn.is_stopped()
+    }
+
+    /// Resolves when the turn stops.
+    pub async fn stopped(&self) {
+        self.turn.cancel.cancelled().await
+    }
+}

@@ -1,0 +1,282 @@
+//! The engine's services for execution modes other than `classic` (code mode): model calls,
+//! text for the user, the mode's own calls (`code.execute`) as events and record, and tool
+//! calls made from inside them through the very path classic calls take — validation, the
+//! gate and approvals, budget, timeouts, truncation or offloading, metadata, events, record.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use weft_protocol::{
+    AgentConfig, ApprovalStatus, PermissionMode, ServerEvent, ToolCallStatus, ToolResultMetadata,
+    ToolResultStatus,
+};
+
+use crate::calls::CallSite;
+use crate::message::{ChatMessage, ToolCallRequest};
+use crate::record::{new_call_id, Call, Place, RecordedResult};
+use crate::run_loop::Level;
+use crate::sample::{sample, SampleError};
+use crate::toolbelt::Toolbelt;
+use crate::turn::{finish, Turn, TurnEnd, TurnOutcome, TurnSpec};
+
+/// A turn driven by a mode of its own.
+pub struct HostedTurn {
+    turn: Arc<Turn>,
+    root: Level,
+    /// Everything said to the user, in order: the turn's answer.
+    text: Mutex<String>,
+}
+
+/// Why a model call gave no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelError {
+    /// The turn is stopping (cancelled, a budget tripped).
+    Stopped,
+    Provider(String),
+}
+
+/// A call the mode runs itself (`code.execute`), open until [`HostedTurn::close_call`].
+pub struct OpenCall {
+    pub wire_id: String,
+    name: String,
+    started_at: f64,
+    started: Instant,
+    /// Where its inner calls are made (depth 1, under this call).
+    inner: CallSite,
+}
+
+/// A tool call made from inside an open call, as it came back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl HostedTurn {
+    pub fn start(spec: &TurnSpec) -> HostedTurn {
+        let turn = Arc::new(Turn::new(spec));
+        let root = Level::root(&turn, spec, None);
+        HostedTurn {
+            turn,
+            root,
+            text: Mutex::new(String::new()),
+        }
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.turn.config
+    }
+
+    /// The tools calls may use.
+    pub fn toolbelt(&self) -> &Toolbelt {
+        &self.root.toolbelt
+    }
+
+    pub fn permission_mode(&self) -> PermissionMode {
+        self.turn.gate.mode()
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.turn.is_stopped()
+    }
+
+    /// Resolves when the turn stops.
+    pub async fn stopped(&self) {
+        self.turn.cancel.cancelled().await
+    }
+
+    /// When the turn's wall clock runs out.
+    pub fn deadline(&self) -> Instant {
+        self.turn.budget.deadline()
+    }
+
+    /// End the turn for running out of wall clock (if it has).
+    pub fn check_wall_clock(&self) {
+        if let Err(trip) = self.turn.budget.check_wall_clock() {
+            self.turn.trip(trip);
+        }
+    }
+
+    /// One model call without tools; its text is not streamed. Charges the budget.
+    pub async fn complete(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+    ) -> Result<String, ModelError> {
+        let level = Level {
+            depth: 0,
+            parent_id: None,
+            system: system.into(),
+            toolbelt: Toolbelt::default(),
+            specs: Arc::from([]),
+            output_schema: None,
+            llm: self.root.llm.clone(),
+            quiet: true,
+            response_schema: None,
+        };
+        let mut ignored = String::new();
+        match sample(&self.turn, &level, Arc::new(messages), &mut ignored).await {
+            Ok(sampled) => Ok(sampled.text),
+            Err(SampleError::Stopped) => Err(ModelError::Stopped),
+            Err(SampleError::Provider(message)) => {
+                self.turn.stop(TurnEnd::ProviderError(message.clone()));
+                Err(ModelError::Provider(message))
+            }
+        }
+    }
+
+    /// Text for the user: a root `chunk`, and part of the turn's answer.
+    pub fn say(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.text.lock().push_str(text);
+        self.turn.events.emit(ServerEvent::Chunk {
+            content: text.to_owned(),
+            done: false,
+            parent_id: None,
+            depth: 0,
+        });
+    }
+
+    /// Open a call of the mode's own at the root: its `start` event and, in the record, the
+    /// model's `response` carrying it. Counts as a tool call.
+    pub fn open_call(&self, response: &str, name: &str, args: Value) -> Result<OpenCall, String> {
+        let wire_id = new_call_id(name);
+        let request = ToolCallRequest {
+            id: wire_id.clone(),
+            name: name.to_owned(),
+            arguments: args.to_string(),
+        };
+        let call = Call {
+            wire_id: wire_id.clone(),
+            request,
+        };
+        self.turn
+            .recorder
+            .assistant(self.root.place(), response, &[call.recorded()]);
+        self.turn.events.emit(ServerEvent::ToolCallUpdate {
+            tool_call_id: wire_id.clone(),
+            name: name.to_owned(),
+            status: ToolCallStatus::Start,
+            args: Some(args),
+            result: None,
+            is_error: None,
+            parent_id: None,
+            depth: 0,
+            metadata: None,
+        });
+        if let Err(trip) = self.turn.budget.take_tool_call() {
+            self.turn.trip(trip);
+            return Err(trip.to_string());
+        }
+        let inner = CallSite::new(
+            self.turn.clone(),
+            1,
+            Some(wire_id.clone()),
+            &self.root.toolbelt,
+        );
+        Ok(OpenCall {
+            wire_id,
+            name: name.to_owned(),
+            started_at: unix_now(),
+            started: Instant::now(),
+            inner,
+        })
+    }
+
+    /// Calls made at the root (a workflow run's nodes).
+    pub fn root_site(&self) -> CallSite {
+        CallSite::new(self.turn.clone(), 0, None, &self.root.toolbelt)
+    }
+
+    /// One tool call from inside `parent`, exactly as the classic loop runs one.
+    pub async fn call_tool(&self, parent: &OpenCall, name: &str, arguments: String) -> ToolOutcome {
+        parent.inner.call_tool(name, arguments).await
+    }
+
+    /// Close a call of the mode's own: its `end` event and its result in the record. Returns
+    /// the result as recorded (cut to `tool_result_max_bytes`).
+    pub fn close_call(&self, call: OpenCall, content: String, is_error: bool) -> String {
+        let metadata = ToolResultMetadata {
+            status: if is_error {
+                ToolResultStatus::Error
+            } else {
+                ToolResultStatus::Success
+            },
+            started_at: call.started_at,
+            completed_at: unix_now(),
+            execution_time_ms: call.started.elapsed().as_secs_f64() * 1000.0,
+            approval_status: ApprovalStatus::NotRequired,
+            approval_id: None,
+            injected_args: Default::default(),
+            offloaded_artifact_id: None,
+        };
+        let content =
+            crate::truncate::truncate_result(content, self.turn.config.tool_result_max_bytes);
+        self.turn.events.emit(ServerEvent::ToolCallUpdate {
+            tool_call_id: call.wire_id.clone(),
+            name: call.name.clone(),
+            status: ToolCallStatus::End,
+            args: None,
+            result: Some(content.clone()),
+            is_error: Some(is_error),
+            parent_id: None,
+            depth: 0,
+            metadata: Some(Box::new(metadata.clone())),
+        });
+        self.turn.recorder.results(
+            self.root.place(),
+            &[RecordedResult {
+                id: call.wire_id.clone(),
+                call_id: call.wire_id,
+                name: call.name,
+                content: content.clone(),
+                is_error,
+                metadata,
+            }],
+        );
+        content
+    }
+
+    /// Record a final response with no call (a text-only answer) at the root.
+    pub fn record_answer(&self, text: &str) {
+        self.turn.recorder.assistant(self.root.place(), text, &[]);
+    }
+
+    /// End the turn for running out of rounds (`iterations`).
+    pub fn out_of_rounds(&self, max: u32) {
+        self.turn.trip(crate::budget::BudgetTrip {
+            reason: weft_protocol::BudgetReason::Iterations,
+            limit: f64::from(max),
+            observed: f64::from(max) + 1.0,
+        });
+    }
+
+    /// The turn's outcome: `cost_summary`, the tree, the totals, the answer.
+    pub fn finish(self, history: Vec<ChatMessage>) -> TurnOutcome {
+        let end = match self.turn.end() {
+            Some(end) => end,
+            None if self.turn.is_stopped() => TurnEnd::Cancelled,
+            None => TurnEnd::Completed,
+        };
+        let text = std::mem::take(&mut *self.text.lock());
+        finish(&self.turn, end, text, history)
+    }
+}
+
+impl OpenCall {
+    /// Where inner calls sit in the record.
+    pub fn place(&self) -> Place<'_> {
+        self.inner.place()
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

@@ -1,0 +1,167 @@
+//! The conversation record as the loop produces it: every response (text and tool calls) and
+//! every round of tool results, at every depth, handed to a [`Recorder`] as it completes, and
+//! the server-unique ids that calls carry on the wire.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use weft_protocol::{RecordedCall, ToolResultMetadata};
+
+use crate::message::ToolCallRequest;
+
+/// Where in the turn a round happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place<'a> {
+    /// The `run_subtask` call this level runs under; `None` at the root.
+    pub parent_id: Option<&'a str>,
+    pub depth: u32,
+}
+
+/// One tool result as the model saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedResult {
+    /// The call's wire id.
+    pub id: String,
+    /// The call's id as replayed to the model.
+    pub call_id: String,
+    pub name: String,
+    pub content: String,
+    pub is_error: bool,
+    pub metadata: ToolResultMetadata,
+}
+
+/// Receives the record of a turn as it happens. Calls come from the loop's own tasks, in
+/// order per level; implementations must not block.
+pub trait Recorder: Send + Sync {
+    /// Text streamed so far by the response being received at `place`.
+    fn text(&self, _place: Place<'_>, _delta: &str) {}
+    /// A response is complete: its text and tool calls (before any call runs).
+    fn assistant(&self, place: Place<'_>, text: &str, calls: &[RecordedCall]);
+    /// A round's tool results, in the order the calls were emitted.
+    fn results(&self, place: Place<'_>, results: &[RecordedResult]);
+    /// The history was compacted: `summary` replaced everything before the newest `kept`
+    /// messages.
+    fn summary(&self, _place: Place<'_>, _summary: &str, _kept: usize) {}
+}
+
+/// A recorder that keeps nothing.
+pub struct NoRecord;
+
+impl Recorder for NoRecord {
+    fn assistant(&self, _: Place<'_>, _: &str, _: &[RecordedCall]) {}
+    fn results(&self, _: Place<'_>, _: &[RecordedResult]) {}
+}
+
+/// A call as the loop handles it: the server-unique wire id, and the request as the model
+/// will see it in history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub wire_id: String,
+    pub request: ToolCallRequest,
+}
+
+impl Call {
+    pub fn recorded(&self) -> RecordedCall {
+        RecordedCall {
+            id: self.wire_id.clone(),
+            call_id: self.request.id.clone(),
+            name: self.request.name.clone(),
+            arguments: self.request.arguments.clone(),
+        }
+    }
+}
+
+/// Longest piece of a provider's id kept in a wire id.
+const ID_HINT_CHARS: usize = 40;
+
+/// A server-unique id for a tool call: a readable hint (the provider's id, cleaned and cut),
+/// then a suffix unique to this process and call. Unique across restarts too (a random
+/// per-process prefix), so stored approvals never collide.
+pub fn new_call_id(hint: &str) -> String {
+    static NONCE: OnceLock<String> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nonce = NONCE.get_or_init(|| {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ u64::from(std::process::id()).rotate_left(32);
+        base36(seed % 36u64.pow(6))
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let clean: String = hint
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        .take(ID_HINT_CHARS)
+        .collect();
+    let hint = if clean.is_empty() { "call" } else { &clean };
+    format!("{hint}~{nonce}{}", base36(n))
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Give each call of a response its wire id, and make the history ids unique within
+/// `taken` (ids already in the level's history): a provider that repeats an id gets the
+/// repeat renamed, so every result still answers exactly one call.
+pub fn identify<'a>(
+    requests: Vec<ToolCallRequest>,
+    taken: impl Iterator<Item = &'a str> + Clone,
+) -> Vec<Call> {
+    let mut calls: Vec<Call> = Vec::with_capacity(requests.len());
+    for mut request in requests {
+        let wire_id = new_call_id(&request.id);
+        let duplicate = request.id.is_empty()
+            || taken.clone().any(|id| id == request.id)
+            || calls.iter().any(|c| c.request.id == request.id);
+        if duplicate {
+            request.id = wire_id.clone();
+        }
+        calls.push(Call { wire_id, request });
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(id: &str) -> ToolCallRequest {
+        ToolCallRequest {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn wire_ids_are_unique_and_readable() {
+        let a = new_call_id("call_1");
+        let b = new_call_id("call_1");
+        assert_ne!(a, b);
+        assert!(a.starts_with("call_1~"), "{a}");
+        let long = new_call_id(&"x\u{1F600}<>".repeat(100));
+        assert!(long.len() < 60, "{long}");
+        assert!(new_call_id("").starts_with("call~"));
+    }
+
+    #[test]
+    fn repeated_provider_ids_are_renamed_in_history() {
+        let calls = identify(vec![req("x"), req("x"), req("y")], ["y"].into_iter());
+        assert_eq!(calls[0].request.id, "x");
+        assert_eq!(calls[1].request.id, calls[1].wire_id);
+        assert_eq!(calls[2].request.id, calls[2].wire_id);
+        assert_ne!(calls[0].wire_id, calls[1].wire_id);
+    }
+}

@@ -1,0 +1,146 @@
+//! Assets: bytes in the object store (a local directory by default), indexed in the store
+//! with their owner. Tool results too large for the model are offloaded here whole, the
+//! model pages through them with `read_artifact`, and `GET /assets/{id}` serves them, always
+//! to their owner only.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use object_store::local::LocalFileSystem;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use weft_core::Artifacts;
+use weft_store::{new_id, now_ms, AssetRow, Store};
+
+/// Kind of an offloaded tool result.
+pub const ARTIFACT: &str = "artifact";
+
+pub struct AssetStore {
+    objects: Arc<dyn ObjectStore>,
+    store: Store,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AssetError {
+    #[error("no such asset")]
+    NotFound,
+    #[error("asset storage: {0}")]
+    Objects(#[from] object_store::Error),
+    #[error("asset index: {0}")]
+    Index(#[from] weft_store::StoreError),
+}
+
+impl AssetStore {
+    /// Assets kept in the local directory `dir` (created if missing).
+    pub fn local(dir: &Path, store: Store) -> std::io::Result<AssetStore> {
+        std::fs::create_dir_all(dir)?;
+        let objects = LocalFileSystem::new_with_prefix(dir).map_err(std::io::Error::other)?;
+        Ok(AssetStore {
+            objects: Arc::new(objects),
+            store,
+        })
+    }
+
+    /// Keep `bytes` for `owner`; the new asset's index entry.
+    pub async fn put(
+        &self,
+        owner: &str,
+        kind: &str,
+        media_type: &str,
+        source: Option<&str>,
+        bytes: Vec<u8>,
+    ) -> Result<AssetRow, AssetError> {
+        let row = AssetRow {
+            id: format!("{kind}_{}", new_id()),
+            owner: owner.to_owned(),
+            kind: kind.to_owned(),
+            media_type: media_type.to_owned(),
+            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+            source: source.map(str::to_owned),
+            created_at: now_ms(),
+        };
+        self.objects
+            .put(&row.key().into(), PutPayload::from(bytes))
+            .await?;
+        self.store.insert_asset(&row).await?;
+        Ok(row)
+    }
+
+    /// `owner`'s asset `id` (another user's reads as missing).
+    pub async fn find(&self, owner: &str, id: &str) -> Result<AssetRow, AssetError> {
+        if !weft_protocol::is_identifier(id) {
+            return Err(AssetError::NotFound);
+        }
+        self.store
+            .asset(owner, id)
+            .await?
+            .ok_or(AssetError::NotFound)
+    }
+
+    /// Bytes `range` of an asset (clamped to its size).
+    pub async fn read(&self, asset: &AssetRow, range: Range<u64>) -> Result<Vec<u8>, AssetError> {
+        let size = u64::try_from(asset.size).unwrap_or(0);
+        let range = range.start.min(size)..range.end.min(size);
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bytes = self.objects.get_range(&asset.key().into(), range).await?;
+        Ok(bytes.to_vec())
+    }
+}
+
+#[async_trait]
+impl Artifacts for AssetStore {
+    async fn offload(
+        &self,
+        user: &str,
+        tool_call_id: &str,
+        content: &str,
+    ) -> Result<String, String> {
+        self.put(
+            user,
+            ARTIFACT,
+            "text/plain; charset=utf-8",
+            Some(tool_call_id),
+            content.as_bytes().to_vec(),
+        )
+        .await
+        .map(|row| row.id)
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// `GET /assets/{id}`: the bytes of one of the caller's assets (404 for anyone else's).
+pub async fn serve(
+    axum::extract::State(state): axum::extract::State<Arc<crate::AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<crate::rest::KeyQuery>,
+) -> crate::rest::Rest<axum::response::Response> {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+
+    let user = crate::rest::user(&state, &headers, &q).await?;
+    let not_found =
+        || crate::rest::problem(StatusCode::NOT_FOUND, "asset_not_found", "no such asset");
+    let asset = match state.assets.find(&user.id, &id).await {
+        Ok(asset) => asset,
+        Err(AssetError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(crate::rest::internal(e)),
+    };
+    let size = u64::try_from(asset.size).unwrap_or(0);
+    let bytes = state
+        .assets
+        .read(&asset, 0..size)
+        .await
+        .map_err(crate::rest::internal)?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, asset.media_type.clone()),
+            (header::CACHE_CONTROL, "private, max-age=3600".to_owned()),
+        ],
+        bytes,
+    )
+        .into_response())
+}

@@ -1,0 +1,281 @@
+//! `TurnLog`: a turn's conversation record on its way to the database, never awaited (the
+//! loop goes on while commits are in flight). A response is held until its round's results
+//! come, so a round is one write; a turn has at most one write in flight, and rounds that
+//! complete meanwhile go out together when it lands (a round per commit when the database
+//! keeps up, bigger writes when it does not). Anything held, and root-level text still
+//! streaming, goes out at least every second, and at once when the turn asks the user for
+//! an approval. A write that fails stops the turn.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+use weft_core::{Place, RecordedResult, Recorder};
+use weft_protocol::{RecordEntry, RecordedCall};
+use weft_store::{now_ms, Done, ItemRow, Store, WriteOp};
+
+/// Streamed text and held items reach the database at least this often.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+pub struct TurnLog {
+    /// This log, for the write callback to flush what was held meanwhile.
+    me: Weak<TurnLog>,
+    store: Store,
+    thread_id: String,
+    message_id: String,
+    cancel: CancellationToken,
+    failure: Arc<Mutex<Option<String>>>,
+    state: Mutex<LogState>,
+    /// Told each time a write of this turn lands.
+    landed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct LogState {
+    next_position: i64,
+    /// The root-level response being streamed.
+    draft: Option<Draft>,
+    /// Writes held for the next flush, in order.
+    held: Vec<WriteOp>,
+    /// Items held for the next flush (after `held`).
+    items: Vec<ItemRow>,
+    /// A write of this turn is on its way; the next flush waits for it.
+    in_flight: bool,
+}
+
+struct Draft {
+    position: i64,
+    text: String,
+    dirty: bool,
+    flushed_at: Instant,
+}
+
+impl TurnLog {
+    pub fn new(
+        store: Store,
+        thread_id: &str,
+        message_id: &str,
+        cancel: CancellationToken,
+    ) -> Arc<TurnLog> {
+        Arc::new_cyclic(|me| TurnLog {
+            me: me.clone(),
+            store,
+            thread_id: thread_id.to_owned(),
+            message_id: message_id.to_owned(),
+            cancel,
+            failure: Arc::default(),
+            state: Mutex::default(),
+            landed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Hold `op` until the next flush (the turn's start waits for its first round).
+    pub fn hold(&self, op: WriteOp) {
+        self.state.lock().held.push(op);
+    }
+
+    /// Write `op` now, after everything held.
+    pub fn submit(&self, op: WriteOp) {
+        self.hold(op);
+        self.flush();
+    }
+
+    /// Hand everything held to the writer as one op, unless a write is in flight (then it
+    /// goes when that one lands); if it fails, remember why and stop the turn.
+    pub fn flush(&self) {
+        let ops = {
+            let mut state = self.state.lock();
+            if state.in_flight {
+                return;
+            }
+            let ops = self.take_from(&mut state);
+            if ops.is_empty() {
+                return;
+            }
+            state.in_flight = true;
+            ops
+        };
+        let me = self.me.clone();
+        let done: Done = Box::new(move |result| {
+            let Some(log) = me.upgrade() else { return };
+            log.state.lock().in_flight = false;
+            match result {
+                Ok(()) => log.flush(),
+                Err(e) => {
+                    log.failure.lock().get_or_insert(e.0);
+                    log.cancel.cancel();
+                }
+            }
+            log.landed.notify_waiters();
+        });
+        self.store.submit(WriteOp::Many(ops), Some(done));
+    }
+
+    /// Resolves once everything recorded so far is committed (or a write failed): for
+    /// readers of the store that must see what the clients were just shown.
+    pub async fn settled(&self) {
+        loop {
+            let landed = self.landed.notified();
+            tokio::pin!(landed);
+            landed.as_mut().enable();
+            self.flush();
+            {
+                let state = self.state.lock();
+                let idle = !state.in_flight && state.held.is_empty() && state.items.is_empty();
+                if idle || self.failure.lock().is_some() {
+                    return;
+                }
+            }
+            landed.await;
+        }
+    }
+
+    /// Everything held, in order (the streaming text as a partial item, if it changed).
+    pub fn take_held(&self) -> Vec<WriteOp> {
+        self.take_from(&mut self.state.lock())
+    }
+
+    fn take_from(&self, state: &mut LogState) -> Vec<WriteOp> {
+        let draft = match &mut state.draft {
+            Some(draft) if draft.dirty => {
+                draft.dirty = false;
+                draft.flushed_at = Instant::now();
+                let body = entry_json(&RecordEntry::Assistant {
+                    id: None,
+                    text: draft.text.clone(),
+                    tool_calls: Vec::new(),
+                    partial: true,
+                });
+                Some(self.row(draft.position, "assistant", None, 0, body))
+            }
+            _ => None,
+        };
+        state.items.extend(draft);
+        let mut ops = std::mem::take(&mut state.held);
+        if !state.items.is_empty() {
+            ops.push(WriteOp::Items(std::mem::take(&mut state.items)));
+        }
+        ops
+    }
+
+    /// Why a write of this turn failed, if one did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
+    }
+
+    /// An item of this turn; its key is the turn's message id and its position, so a draft
+    /// and the final item it becomes are one row.
+    fn row(
+        &self,
+        position: i64,
+        kind: &str,
+        parent_id: Option<&str>,
+        depth: u32,
+        body: String,
+    ) -> ItemRow {
+        ItemRow {
+            thread_id: self.thread_id.clone(),
+            message_id: self.message_id.clone(),
+            position,
+            kind: kind.to_owned(),
+            parent_id: parent_id.map(str::to_owned),
+            depth: i64::from(depth),
+            body,
+            created_at: now_ms(),
+        }
+    }
+}
+
+fn entry_json(entry: &RecordEntry) -> String {
+    serde_json::to_string(entry).unwrap_or_else(|_| "{}".to_owned())
+}
+
+impl Recorder for TurnLog {
+    fn text(&self, place: Place<'_>, delta: &str) {
+        if place.depth > 0 {
+            return;
+        }
+        let due = {
+            let mut state = self.state.lock();
+            let position = state.next_position;
+            let draft = state.draft.get_or_insert_with(|| Draft {
+                position,
+                text: String::new(),
+                dirty: false,
+                flushed_at: Instant::now(),
+            });
+            let fresh = draft.text.is_empty();
+            draft.text.push_str(delta);
+            draft.dirty = true;
+            let due = draft.flushed_at.elapsed() >= FLUSH_EVERY;
+            if fresh {
+                state.next_position += 1;
+            }
+            due
+        };
+        if due {
+            self.flush();
+        }
+    }
+
+    fn assistant(&self, place: Place<'_>, text: &str, calls: &[RecordedCall]) {
+        let body = entry_json(&RecordEntry::Assistant {
+            id: None,
+            text: text.to_owned(),
+            tool_calls: calls.to_vec(),
+            partial: false,
+        });
+        let mut state = self.state.lock();
+        let position = match state.draft.take().filter(|_| place.depth == 0) {
+            Some(draft) => draft.position,
+            None => {
+                state.next_position += 1;
+                state.next_position - 1
+            }
+        };
+        let row = self.row(position, "assistant", place.parent_id, place.depth, body);
+        state.items.push(row);
+    }
+
+    /// A compaction's summary, at the point of the record where it was made.
+    fn summary(&self, place: Place<'_>, summary: &str, kept: usize) {
+        let body = entry_json(&RecordEntry::Summary {
+            summary: summary.to_owned(),
+            kept_messages: u32::try_from(kept).unwrap_or(u32::MAX),
+        });
+        {
+            let mut state = self.state.lock();
+            state.next_position += 1;
+            let position = state.next_position - 1;
+            let row = self.row(position, "summary", place.parent_id, place.depth, body);
+            state.items.push(row);
+        }
+        self.flush();
+    }
+
+    /// A round's results go in one row (a JSON array), in the order the calls were emitted,
+    /// and out together with what was held.
+    fn results(&self, place: Place<'_>, results: &[RecordedResult]) {
+        let entries: Vec<RecordEntry> = results
+            .iter()
+            .map(|r| RecordEntry::ToolResult {
+                tool_call_id: r.id.clone(),
+                call_id: r.call_id.clone(),
+                name: r.name.clone(),
+                result: r.content.clone(),
+                is_error: r.is_error,
+                metadata: Some(r.metadata.clone()),
+            })
+            .collect();
+        let body = serde_json::to_string(&entries).unwrap_or_else(|_| "[]".to_owned());
+        {
+            let mut state = self.state.lock();
+            state.next_position += 1;
+            let position = state.next_position - 1;
+            let row = self.row(position, "tool_results", place.parent_id, place.depth, body);
+            state.items.push(row);
+        }
+        self.flush();
+    }
+}

@@ -1,0 +1,93 @@
+//! Start-up recovery: every turn a stopped process left `running` is closed as
+//! `interrupted`, keeping the text it had streamed; every call it left without a result gets
+//! the result "interrupted" (so the next turn's history stays valid), and every approval
+//! still pending becomes `expired`.
+//!
+//! This assumes one server per database: a second live replica's running turns would be
+//! closed too.
+
+use std::collections::HashSet;
+
+use serde_json::json;
+use weft_protocol::{RecordEntry, INTERRUPTED_RESULT};
+use weft_store::{now_ms, ItemRow, Store, StoreError, WriteOp};
+
+use crate::trace::{entries, root_text, tree_from_items};
+
+/// Close every interrupted turn; returns how many there were.
+pub async fn close_interrupted_turns(store: &Store) -> Result<usize, StoreError> {
+    let running = store.running_turns().await?;
+    for message in &running {
+        let mut items = store.turn_items(&message.thread_id, &message.id).await?;
+        let synthetic = unanswered_calls(&items);
+        items.extend(synthetic.iter().cloned());
+        let mut closed = message.clone();
+        closed.content = json!(root_text(&items));
+        closed.execution_tree = Some(std::sync::Arc::new(tree_from_items(&items)));
+        closed.status = "interrupted".to_owned();
+        if !synthetic.is_empty() {
+            store.submit(WriteOp::Items(synthetic), None);
+        }
+        store
+            .write(WriteOp::FinishTurn {
+                message: closed,
+                models: Vec::new(),
+            })
+            .await?;
+        tracing::warn!(thread = %message.thread_id, message = %message.id, "closed a turn the last run left unfinished");
+    }
+    let expired = store.expire_pending_approvals().await?;
+    if expired > 0 {
+        tracing::warn!(expired, "approvals left pending by the last run expired");
+    }
+    Ok(running.len())
+}
+
+/// A synthetic "interrupted" result for every call in `items` that has none, one row per
+/// level of the turn that has such calls.
+fn unanswered_calls(items: &[ItemRow]) -> Vec<ItemRow> {
+    let answered: HashSet<String> = items
+        .iter()
+        .flat_map(entries)
+        .filter_map(|e| match e {
+            RecordEntry::ToolResult { tool_call_id, .. } => Some(tool_call_id),
+            _ => None,
+        })
+        .collect();
+    let mut position = items.iter().map(|i| i.position).max().unwrap_or(-1) + 1;
+    let mut out = Vec::new();
+    for item in items {
+        let results: Vec<RecordEntry> = entries(item)
+            .into_iter()
+            .filter_map(|e| match e {
+                RecordEntry::Assistant { tool_calls, .. } => Some(tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .filter(|c| !answered.contains(&c.id))
+            .map(|call| RecordEntry::ToolResult {
+                tool_call_id: call.id,
+                call_id: call.call_id,
+                name: call.name,
+                result: INTERRUPTED_RESULT.to_owned(),
+                is_error: true,
+                metadata: None,
+            })
+            .collect();
+        if results.is_empty() {
+            continue;
+        }
+        out.push(ItemRow {
+            thread_id: item.thread_id.clone(),
+            message_id: item.message_id.clone(),
+            position,
+            kind: "tool_results".to_owned(),
+            parent_id: item.parent_id.clone(),
+            depth: item.depth,
+            body: serde_json::to_string(&results).unwrap_or_default(),
+            created_at: now_ms(),
+        });
+        position += 1;
+    }
+    out
+}

@@ -1,0 +1,177 @@
+//! Reading the record back for people: a thread's whole record (`/items`), one turn's trace
+//! with subtasks nested under their calls, and what a turn produced so far (its root text
+//! and an execution tree rebuilt from its items) for snapshots and crash recovery.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+use weft_protocol::tree::preview;
+use weft_protocol::{ExecutionTreeNode, ExecutionTreeSnapshot, RecordEntry};
+use weft_store::{ItemRow, MessageRow};
+
+use crate::persist::rfc3339;
+
+/// The entries one stored item holds: an assistant message, or a round's tool results.
+pub fn entries(item: &ItemRow) -> Vec<RecordEntry> {
+    let parsed = if item.kind == "tool_results" {
+        serde_json::from_str::<Vec<RecordEntry>>(&item.body)
+    } else {
+        serde_json::from_str::<RecordEntry>(&item.body).map(|e| vec![e])
+    };
+    parsed.unwrap_or_else(|e| {
+        tracing::warn!(item = %item.id(), error = %e, "unreadable record item");
+        Vec::new()
+    })
+}
+
+/// The whole root-level record of a thread, in order: each user message, then its turn's
+/// assistant messages and tool results.
+pub fn thread_record(messages: &[MessageRow], items: &[ItemRow]) -> Vec<Value> {
+    let mut by_turn: HashMap<&str, Vec<&ItemRow>> = HashMap::new();
+    for item in items {
+        by_turn.entry(&item.message_id).or_default().push(item);
+    }
+    let mut out = Vec::new();
+    for m in messages {
+        if m.role == "user" {
+            out.push(json!({"kind": "user", "id": m.id, "content": m.content, "created_at": rfc3339(m.created_at)}));
+            continue;
+        }
+        for item in by_turn.remove(m.id.as_str()).unwrap_or_default() {
+            let several = item.kind == "tool_results";
+            for (i, entry) in entries(item).into_iter().enumerate() {
+                let mut value = serde_json::to_value(entry).unwrap_or(Value::Null);
+                if let Some(obj) = value.as_object_mut() {
+                    let id = if several {
+                        format!("{}/{i}", item.id())
+                    } else {
+                        item.id()
+                    };
+                    obj.insert("id".into(), json!(id));
+                    obj.insert("message_id".into(), json!(m.id));
+                    obj.insert("created_at".into(), json!(rfc3339(item.created_at)));
+                }
+                out.push(value);
+            }
+        }
+    }
+    out
+}
+
+/// One turn's items (every depth, in record order) as a trace: root entries in order, each
+/// subtask's entries nested under the call that ran it, just before that call's result.
+pub fn turn_trace(items: &[ItemRow]) -> Vec<RecordEntry> {
+    let mut children: HashMap<&str, Vec<&ItemRow>> = HashMap::new();
+    let mut roots = Vec::new();
+    for item in items {
+        match item.parent_id.as_deref() {
+            Some(parent) => children.entry(parent).or_default().push(item),
+            None => roots.push(item),
+        }
+    }
+    nest(&roots, &mut children)
+}
+
+fn nest<'a>(
+    level: &[&'a ItemRow],
+    children: &mut HashMap<&'a str, Vec<&'a ItemRow>>,
+) -> Vec<RecordEntry> {
+    let mut out = Vec::new();
+    let mut pending_calls: Vec<String> = Vec::new();
+    for entry in level.iter().flat_map(|item| entries(item)) {
+        match &entry {
+            RecordEntry::Assistant { tool_calls, .. } => {
+                pending_calls.extend(tool_calls.iter().map(|c| c.id.clone()));
+            }
+            RecordEntry::ToolResult { tool_call_id, .. } => {
+                pending_calls.retain(|id| id != tool_call_id);
+                if let Some(sub) = subtask(tool_call_id, children) {
+                    out.push(sub);
+                }
+            }
+            _ => {}
+        }
+        out.push(entry);
+    }
+    // Subtasks of calls that never got a result (a turn still running, or interrupted).
+    for id in pending_calls {
+        if let Some(sub) = subtask(&id, children) {
+            out.push(sub);
+        }
+    }
+    out
+}
+
+fn subtask<'a>(
+    call_id: &str,
+    children: &mut HashMap<&'a str, Vec<&'a ItemRow>>,
+) -> Option<RecordEntry> {
+    let items = children.remove(call_id)?;
+    Some(RecordEntry::Subtask {
+        tool_call_id: call_id.to_owned(),
+        trace: nest(&items, children),
+    })
+}
+
+/// The text a turn streamed at its root, from its items (partial drafts included).
+pub fn root_text(items: &[ItemRow]) -> String {
+    items
+        .iter()
+        .filter(|i| i.depth == 0)
+        .flat_map(entries)
+        .filter_map(|e| match e {
+            RecordEntry::Assistant { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The execution tree of a turn rebuilt from its items: one node per call, with its result
+/// when it has one.
+pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
+    let mut nodes: Vec<ExecutionTreeNode> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for (item, entry) in items
+        .iter()
+        .flat_map(|i| entries(i).into_iter().map(move |e| (i, e)))
+    {
+        match entry {
+            RecordEntry::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    let args: Value = serde_json::from_str(&call.arguments)
+                        .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                    let title = (call.name == "run_subtask")
+                        .then(|| args.get("title").and_then(Value::as_str).map(preview))
+                        .flatten();
+                    at.insert(call.id.clone(), nodes.len());
+                    nodes.push(ExecutionTreeNode {
+                        id: call.id,
+                        parent_id: item.parent_id.clone(),
+                        name: call.name,
+                        title,
+                        args_preview: Some(preview(&args.to_string())),
+                        result_preview: None,
+                        is_error: None,
+                        duration_ms: 0.0,
+                    });
+                }
+            }
+            RecordEntry::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                metadata,
+                ..
+            } => {
+                if let Some(&i) = at.get(&tool_call_id) {
+                    let node = &mut nodes[i];
+                    node.result_preview = Some(preview(&result));
+                    node.is_error = Some(is_error);
+                    node.duration_ms = metadata.map_or(0.0, |m| m.execution_time_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    ExecutionTreeSnapshot { version: 1, nodes }
+}

@@ -1,0 +1,506 @@
+//! Hostile clients and models against the real server over real sockets: a client that stops
+//! reading, floods of huge frames, bad identifiers, repeated tool-call ids, ids colliding
+//! across users, a symlink swapped under concurrent reads and writes, half-open connections,
+//! per-user limits, and the close codes for bad websocket traffic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use support::{of_type, thread_of, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+use weft_server::config::ApiKeyEntry;
+
+/// A websocket over a socket with a tiny receive buffer, handshake done, never read again.
+async fn stalled_client(server: &TestServer) -> tokio_tungstenite::WebSocketStream<TcpStream> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(server.addr).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(format!("ws://{}/ws", server.addr), stream)
+        .await
+        .unwrap();
+    ws
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_dropped_and_its_turn_finishes_detached() {
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": [
+            {"chunks": ["x".repeat(1000)], "repeat_chunks": 20_000}]}]}),
+        |c| {
+            c.server.max_outbound_bytes = 256 * 1024;
+            c.server.write_timeout_ms = 2_000;
+            c.agent.max_output_bytes = 50 << 20;
+        },
+    )
+    .await;
+    let mut ws = stalled_client(&server).await;
+    ws.send(Message::Text(
+        json!({"command": "chat_message", "data": {"content": "flood me"}})
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    // The server gives up on the socket once 256 KiB are queued for it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server
+        .state
+        .metrics
+        .render()
+        .contains("weft_slow_clients_total 1")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The turn goes on without it, to the end (20 MB streamed), and is saved.
+    let thread = loop {
+        let (_, threads) = server.get("/threads", None).await;
+        if let Some(id) = threads[0]["id"].as_str() {
+            break id.to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, messages) = server
+            .get(&format!("/threads/{thread}/messages"), None)
+            .await;
+        if messages[1]["status"] == "completed" {
+            assert_eq!(messages[1]["content"].as_str().unwrap().len(), 20_000_000);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the detached turn never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What the client finds when it reads again: some frames, then the end of the socket
+    // (a 1013 close frame when it got through).
+    let mut closed = false;
+    while let Ok(Some(message)) = tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+        match message {
+            Ok(Message::Close(frame)) => {
+                if let Some(frame) = frame {
+                    assert_eq!(u16::from(frame.code), 1013);
+                }
+                closed = true;
+                break;
+            }
+            Ok(_) => continue,
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
+    assert!(closed, "the socket should end");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn floods_of_huge_bad_frames_get_short_errors() {
+    let server = TestServer::start(json!({"conversations": []})).await;
+    let mut c = server.client().await;
+    let huge = "z".repeat(500_000);
+    for frame in [
+        json!({"command": huge.clone()}),
+        json!({"type": huge.clone()}),
+        json!({"command": "stop", "data": {"thread_id": 1, "x": huge.clone()}}),
+        json!({"command": "chat_message", "data": {"content": 42, "pad": huge.clone()}}),
+        json!({"command": "stop", "request_id": huge.clone(), "data": {"thread_id": "t"}}),
+        json!({"type": "tool_approval_response", "tool_call_id": huge.clone(), "decision": "allow"}),
+    ] {
+        for _ in 0..20 {
+            c.send(frame.clone()).await;
+        }
+        for _ in 0..20 {
+            let reply = c.recv().await;
+            assert_eq!(reply["type"], "error");
+            let size = reply.to_string().len();
+            assert!(
+                size < 600,
+                "a {size}-byte error for a 500 KB frame: {}",
+                &reply.to_string()[..300]
+            );
+            assert!(reply.get("request_id").is_none());
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn identifiers_are_checked() {
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "ok", "repeat": true}]}]}),
+    )
+    .await;
+    let mut c = server.client().await;
+    for id in [
+        "",
+        " ",
+        "a b",
+        "é",
+        "../../x",
+        &"x".repeat(129),
+        &"x".repeat(6_000),
+    ] {
+        for frame in [
+            json!({"command": "chat_message", "data": {"thread_id": id, "content": "hi"}}),
+            json!({"command": "stop", "data": {"thread_id": id}}),
+            json!({"command": "resume_chat", "data": {"thread_id": id}}),
+            json!({"command": "set_permission_mode", "data": {"thread_id": id, "permission_mode": "plan"}}),
+            json!({"command": "chat_message", "request_id": id, "data": {"content": "hi"}}),
+            json!({"command": "chat_message", "data": {"content": "hi", "workflow_id": id}}),
+        ] {
+            c.send(frame.clone()).await;
+            let reply = c.recv().await;
+            assert_eq!(reply["code"], "invalid_field", "{frame}");
+            assert!(reply.to_string().len() < 400);
+        }
+    }
+    // The longest valid id works, and is the thread's id.
+    let id = format!("t.{}:-_", "a".repeat(123));
+    assert_eq!(id.len(), 128);
+    c.chat(Some(&id), "hello", json!({})).await;
+    let frames = c.turn().await;
+    assert_eq!(thread_of(&frames), id);
+    server.stop().await;
+}
+
+fn approval_ids(frames: &[Value]) -> Vec<String> {
+    of_type(frames, "tool_approval_request")
+        .iter()
+        .map(|f| f["tool_call_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn repeated_provider_ids_get_distinct_approvals() {
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [
+            {"id": "dup", "name": "write_file", "arguments": {"path": "a.md", "content": "A"}},
+            {"id": "dup", "name": "write_file", "arguments": {"path": "b.md", "content": "B"}}]},
+        {"text": "done"}]}]}))
+    .await;
+    for _ in 0..5 {
+        let mut c = server.client().await;
+        let _ = std::fs::remove_file(server.workspace.join("a.md"));
+        let _ = std::fs::remove_file(server.workspace.join("b.md"));
+        c.chat(None, "write both", json!({})).await;
+        let mut frames = Vec::new();
+        let mut answered = 0;
+        loop {
+            let f = c.recv().await;
+            if f["type"] == "tool_approval_request" {
+                // Allow the write of a.md, deny the write of b.md.
+                let decision = if f["args"]["path"] == "a.md" {
+                    "allow"
+                } else {
+                    "deny"
+                };
+                c.send(json!({"type": "tool_approval_response", "tool_call_id": f["tool_call_id"], "decision": decision}))
+                    .await;
+                answered += 1;
+            }
+            let done = f["type"] == "chunk" && f["done"] == true;
+            frames.push(f);
+            if done {
+                break;
+            }
+        }
+        assert_eq!(answered, 2);
+        let ids = approval_ids(&frames);
+        assert_ne!(ids[0], ids[1], "each call has its own id");
+        assert!(
+            server.workspace.join("a.md").exists(),
+            "the allowed write ran"
+        );
+        assert!(
+            !server.workspace.join("b.md").exists(),
+            "the denied write did not"
+        );
+        let thread = thread_of(&frames);
+        let approvals = server.store().approvals(&thread).await.unwrap();
+        let mut statuses: Vec<&str> = approvals.iter().map(|a| a.status.as_str()).collect();
+        statuses.sort();
+        assert_eq!(statuses, vec!["approved", "rejected"]);
+        c.close().await;
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_provider_id_in_two_users_threads_is_answered_by_each() {
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": [
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "mine.md", "content": "x"}}]},
+            {"text": "done", "repeat": true}]}]}),
+        |c| {
+            c.auth.api_keys = vec![
+                ApiKeyEntry { key: "k-alice".into(), user: "alice".into() },
+                ApiKeyEntry { key: "k-bob".into(), user: "bob".into() },
+            ]
+        },
+    )
+    .await;
+    let mut alice = server.client_with_key(Some("k-alice")).await.unwrap();
+    let mut bob = server.client_with_key(Some("k-bob")).await.unwrap();
+    alice.chat(None, "write", json!({})).await;
+    bob.chat(None, "write", json!({})).await;
+    let a = alice
+        .recv_until(|f| f["type"] == "tool_approval_request")
+        .await;
+    let b = bob
+        .recv_until(|f| f["type"] == "tool_approval_request")
+        .await;
+    let (a_id, b_id) = (approval_ids(&a)[0].clone(), approval_ids(&b)[0].clone());
+    assert_ne!(a_id, b_id);
+    assert!(a_id.starts_with("w1~") && b_id.starts_with("w1~"));
+    // Bob answers first, then Alice: each reaches their own call.
+    bob.send(json!({"type": "tool_approval_response", "tool_call_id": b_id, "decision": "deny"}))
+        .await;
+    alice
+        .send(json!({"type": "tool_approval_response", "tool_call_id": a_id, "decision": "allow"}))
+        .await;
+    alice.turn().await;
+    bob.turn().await;
+    assert!(server.workspace_of("alice").join("mine.md").exists());
+    assert!(!server.workspace_of("bob").join("mine.md").exists());
+    // Each user's workspace is their own: Bob's agent cannot read Alice's file.
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_symlink_swapped_under_concurrent_reads_and_writes_never_leads_out() {
+    const CALLS: usize = 50;
+    const ROUNDS: usize = 8;
+    let mut steps: Vec<Value> = (0..ROUNDS)
+        .map(|r| {
+            let calls: Vec<Value> = (0..CALLS)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        json!({"name": "read_file", "arguments": {"path": "swap/secret.txt", "n": r * CALLS + i}})
+                    } else {
+                        json!({"name": "write_file", "arguments": {"path": format!("swap/w{r}_{i}.txt"), "content": "pwned"}})
+                    }
+                })
+                .collect();
+            json!({"tool_calls": calls})
+        })
+        .collect();
+    steps.push(json!({"text": "done"}));
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": steps}]}),
+        |c| {
+            c.agent.arg_validation = weft_protocol::ArgValidation::None;
+            c.agent.max_total_tool_calls = 1_000;
+        },
+    )
+    .await;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    let ws = server.workspace.clone();
+    std::fs::create_dir_all(ws.join("inside")).unwrap();
+    std::fs::write(ws.join("inside/secret.txt"), "harmless").unwrap();
+    // A thread swaps `swap` between a link inside and links out (absolute, and by `..`).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let ws = ws.clone();
+        let out = outside.path().to_owned();
+        std::thread::spawn(move || {
+            let targets = [
+                std::path::PathBuf::from("inside"),
+                out.clone(),
+                std::path::PathBuf::from(format!("../../../../../../../..{}", out.display())),
+            ];
+            let mut n = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let tmp = ws.join(format!(".swap{}", n % 2));
+                let _ = std::fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(&targets[n % 3], &tmp).unwrap();
+                std::fs::rename(&tmp, ws.join("swap")).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut c = server.client().await;
+    c.chat(None, "race", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 100, "the link was swapped {swaps} times");
+    let results: Vec<&str> = of_type(&frames, "tool_call_update")
+        .iter()
+        .filter(|f| f["status"] == "end")
+        .map(|f| f["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(results.len(), CALLS * ROUNDS);
+    assert!(
+        results.iter().all(|r| !r.contains("top secret")),
+        "a read got out"
+    );
+    assert!(
+        results.iter().any(|r| r.contains("harmless")),
+        "some reads ran inside"
+    );
+    let escaped = std::fs::read_dir(outside.path()).unwrap().count();
+    assert_eq!(escaped, 1, "a write got out");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn half_open_connections_cannot_starve_the_server() {
+    let server = TestServer::start_with(json!({"conversations": []}), |c| {
+        c.server.max_connections = Some(20);
+        c.server.header_timeout_ms = 300;
+    })
+    .await;
+    // Twenty connections that never send a request fill every slot...
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        idle.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // ...then a health check still gets through: the silent ones are closed after the
+    // header timeout and their slots freed.
+    let started = Instant::now();
+    let (status, _) = tokio::time::timeout(Duration::from_secs(5), server.get("/healthz", None))
+        .await
+        .expect("the health check was starved");
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "it waited for a slot"
+    );
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(2), idle[0].read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn per_user_limits_answer_rate_limited() {
+    let server = TestServer::start_with(
+        json!({"conversations": [
+            {"match": "slow", "steps": [{"text": "late", "delay_ms": 3000}]},
+            {"match": "*", "steps": [{"text": "ok", "repeat": true}]}]}),
+        |c| {
+            c.limits.turns_per_user = 1;
+            c.limits.messages_per_minute = 3;
+        },
+    )
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "slow one", json!({})).await;
+    c.recv_until(|f| f["type"] == "turn_started").await;
+    // A second turn while the first runs, in another thread.
+    c.chat(None, "quick", json!({})).await;
+    let reply = c.recv_until(|f| f["type"] == "error").await;
+    assert_eq!(reply.last().unwrap()["code"], "rate_limited");
+    c.turn().await;
+    // Third message this minute: still allowed; the fourth is not.
+    c.chat(None, "quick", json!({})).await;
+    c.turn().await;
+    c.chat(None, "quick", json!({})).await;
+    let reply = c.recv_until(|f| f["type"] == "error").await;
+    let error = reply.last().unwrap();
+    assert_eq!(error["code"], "rate_limited");
+    assert!(error["message"].as_str().unwrap().contains("3 a minute"));
+    server.stop().await;
+}
+
+/// Write a raw, masked websocket frame (what a buggy or hostile client might send).
+async fn raw_frame(stream: &mut TcpStream, first: u8, payload: &[u8]) {
+    let mut frame = vec![first, 0x80 | payload.len() as u8];
+    let mask = [1u8, 2, 3, 4];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    stream.write_all(&frame).await.unwrap();
+}
+
+/// The close code the server sends, read from the raw socket.
+async fn close_code(stream: &mut TcpStream) -> Option<u16> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 256];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+        // Walk the frames: a close frame (opcode 8) carries the code in its first two bytes.
+        let mut at = 0;
+        while at + 2 <= buf.len() {
+            let opcode = buf[at] & 0x0f;
+            let len = (buf[at + 1] & 0x7f) as usize;
+            if at + 2 + len > buf.len() {
+                break;
+            }
+            if opcode == 8 && len >= 2 {
+                return Some(u16::from_be_bytes([buf[at + 2], buf[at + 3]]));
+            }
+            at += 2 + len;
+        }
+    }
+    None
+}
+
+async fn raw_websocket(server: &TestServer) -> TcpStream {
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let request = format!(
+        "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        server.addr
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(String::from_utf8_lossy(&head).starts_with("HTTP/1.1 101"));
+    stream
+}
+
+#[tokio::test]
+async fn bad_websocket_traffic_gets_its_close_code() {
+    let server = TestServer::start_with(json!({"conversations": []}), |c| {
+        c.server.ping_interval_ms = 100;
+        c.server.max_frame_bytes = 100;
+    })
+    .await;
+    // Invalid UTF-8 in a text frame: 1007.
+    let mut s = raw_websocket(&server).await;
+    raw_frame(&mut s, 0x81, &[0x7b, 0xff, 0xfe, 0x7d]).await;
+    assert_eq!(close_code(&mut s).await, Some(1007));
+    // A reserved opcode: a protocol violation, 1002.
+    let mut s = raw_websocket(&server).await;
+    raw_frame(&mut s, 0x83, b"hi").await;
+    assert_eq!(close_code(&mut s).await, Some(1002));
+    // Over the frame limit: 1009.
+    let mut s = raw_websocket(&server).await;
+    raw_frame(&mut s, 0x81, &[b'x'; 120]).await;
+    assert_eq!(close_code(&mut s).await, Some(1009));
+    // A client that never answers pings is let go.
+    let mut s = raw_websocket(&server).await;
+    assert_eq!(close_code(&mut s).await, Some(1001));
+    server.stop().await;
+}

@@ -1,0 +1,95 @@
+//! The conversation record as read back: a thread's root-level items in order, one turn's
+//! items at every depth, and the turns a crash left `running`.
+
+use crate::rows::{ItemRow, MessageRow};
+use crate::{Result, Store};
+
+impl Store {
+    /// A thread's root-level items (depth 0), in conversation order.
+    pub async fn root_items(&self, thread_id: &str) -> Result<Vec<ItemRow>> {
+        let rows = sqlx::query(
+            "SELECT i.thread_id, i.message_id, i.position, i.kind, i.parent_id, i.depth, i.body, i.created_at \
+             FROM messages m JOIN items i ON i.message_id = m.id \
+             WHERE m.thread_id = $1 AND i.depth = 0 ORDER BY m.position, i.position",
+        )
+        .bind(thread_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(ItemRow::from_row).collect()
+    }
+
+    /// Every item of a thread, every depth, turn by turn in record order.
+    pub async fn thread_items(&self, thread_id: &str) -> Result<Vec<ItemRow>> {
+        let rows = sqlx::query(
+            "SELECT i.thread_id, i.message_id, i.position, i.kind, i.parent_id, i.depth, i.body, i.created_at \
+             FROM messages m JOIN items i ON i.message_id = m.id \
+             WHERE m.thread_id = $1 ORDER BY m.position, i.position",
+        )
+        .bind(thread_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(ItemRow::from_row).collect()
+    }
+
+    /// One turn's items at every depth, in the order they were recorded.
+    pub async fn turn_items(&self, thread_id: &str, message_id: &str) -> Result<Vec<ItemRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM items WHERE message_id = $2 AND thread_id = $1 ORDER BY position",
+            ItemRow::COLUMNS
+        ))
+        .bind(thread_id)
+        .bind(message_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(ItemRow::from_row).collect()
+    }
+
+    /// One message of a thread.
+    pub async fn message(&self, thread_id: &str, message_id: &str) -> Result<Option<MessageRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {} FROM messages WHERE thread_id = $1 AND id = $2",
+            MessageRow::COLUMNS
+        ))
+        .bind(thread_id)
+        .bind(message_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(MessageRow::from_row).transpose()
+    }
+
+    /// A message by its id alone (a prompt's id is its assistant message's).
+    pub async fn message_by_id(&self, message_id: &str) -> Result<Option<MessageRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {} FROM messages WHERE id = $1",
+            MessageRow::COLUMNS
+        ))
+        .bind(message_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(MessageRow::from_row).transpose()
+    }
+
+    /// The newest assistant message of a thread.
+    pub async fn last_assistant_message(&self, thread_id: &str) -> Result<Option<MessageRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {} FROM messages WHERE thread_id = $1 AND role = 'assistant' \
+             ORDER BY position DESC, created_at DESC LIMIT 1",
+            MessageRow::COLUMNS
+        ))
+        .bind(thread_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(MessageRow::from_row).transpose()
+    }
+
+    /// Assistant messages still marked `running`: turns a stopped process left unfinished.
+    pub async fn running_turns(&self) -> Result<Vec<MessageRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM messages WHERE status = 'running' ORDER BY created_at",
+            MessageRow::COLUMNS
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(MessageRow::from_row).collect()
+    }
+}

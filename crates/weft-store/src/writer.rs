@@ -1,0 +1,594 @@
+//! The one writer (group commit): every hot-path write is a [`WriteOp`] handed to a task
+//! that takes everything queued, writes it in one transaction with multi-row statements,
+//! commits once, and then acknowledges each submitter. A failed batch is retried op by op,
+//! so one bad op fails only its own submitter.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sqlx::any::AnyArguments;
+use sqlx::{AnyConnection, AnyPool};
+use tokio::sync::{mpsc, oneshot, OwnedRwLockWriteGuard, RwLock};
+
+use crate::rows::{ApprovalRow, ItemRow, ModelCallRow, NewMessage, ThreadRow};
+use crate::{now_ms, Backend, Result, StoreError};
+
+/// One unit of work for the writer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    /// Several ops written together, in order.
+    Many(Vec<WriteOp>),
+    /// A turn starts: its thread (when new), then its messages (the user message and the
+    /// assistant message with status `running`).
+    BeginTurn {
+        thread: Option<ThreadRow>,
+        messages: Vec<NewMessage>,
+    },
+    /// Record items, inserted or replaced by id (a streaming draft becomes the final item).
+    Items(Vec<ItemRow>),
+    /// A turn ends: its assistant message (inserted or replaced) and its model calls.
+    FinishTurn {
+        message: NewMessage,
+        models: Vec<ModelCallRow>,
+    },
+    InsertApproval(ApprovalRow),
+    DecideApproval {
+        thread_id: String,
+        id: String,
+        status: String,
+    },
+    SetThreadMode {
+        id: String,
+        mode: String,
+    },
+    SetThreadAgent {
+        id: String,
+        agent: Option<String>,
+    },
+}
+
+impl WriteOp {
+    fn rows(&self) -> usize {
+        match self {
+            WriteOp::Many(ops) => ops.iter().map(WriteOp::rows).sum(),
+            WriteOp::BeginTurn { thread, messages } => {
+                messages.len() + usize::from(thread.is_some())
+            }
+            WriteOp::Items(items) => items.len(),
+            WriteOp::FinishTurn { models, .. } => 1 + models.len(),
+            WriteOp::InsertApproval(_)
+            | WriteOp::DecideApproval { .. }
+            | WriteOp::SetThreadMode { .. }
+            | WriteOp::SetThreadAgent { .. } => 1,
+        }
+    }
+}
+
+/// Why a write was not committed; shared by every submitter of a failed batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the write was not committed: {0}")]
+pub struct WriteError(pub String);
+
+/// Called once the op is committed (or is known not to be).
+pub type Done = Box<dyn FnOnce(std::result::Result<(), WriteError>) + Send>;
+
+/// Told about every commit, for metrics.
+pub trait WriteObserver: Send + Sync {
+    fn committed(&self, ops: usize, rows: usize, elapsed: Duration, ok: bool);
+}
+
+enum Job {
+    Write {
+        op: Box<WriteOp>,
+        done: Option<Done>,
+    },
+    Close(oneshot::Sender<()>),
+}
+
+/// The submitting side of the writer. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    tx: mpsc::UnboundedSender<Job>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    observer: OnceLock<Arc<dyn WriteObserver>>,
+    /// Ops submitted and not yet committed (or failed).
+    queued: AtomicUsize,
+    /// Held (write side) to keep the writer from committing; the writer takes the read side
+    /// around each commit.
+    hold: Arc<RwLock<()>>,
+}
+
+/// While this lives the writer commits nothing; ops queue up (for tests and maintenance).
+pub struct WriteHold(#[allow(dead_code)] OwnedRwLockWriteGuard<()>);
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+/// Most ops taken into one transaction.
+const MAX_BATCH: usize = 1024;
+
+impl Writer {
+    /// Start the writer task over `pool` (its own connection: one writer per database).
+    pub fn start(pool: AnyPool, backend: Backend) -> Writer {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared: Arc<Shared> = Arc::default();
+        tokio::spawn(run(pool, backend, rx, shared.clone()));
+        Writer { tx, shared }
+    }
+
+    pub fn submit(&self, op: WriteOp, done: Option<Done>) {
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        if let Err(mpsc::error::SendError(job)) = self.tx.send(Job::Write {
+            op: Box::new(op),
+            done,
+        }) {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            if let Job::Write {
+                done: Some(done), ..
+            } = job
+            {
+                done(Err(WriteError("the store is closed".into())));
+            }
+        }
+    }
+
+    pub fn queued(&self) -> usize {
+        self.shared.queued.load(Ordering::Relaxed)
+    }
+
+    pub async fn hold(&self) -> WriteHold {
+        WriteHold(self.shared.hold.clone().write_owned().await)
+    }
+
+    pub async fn write(&self, op: WriteOp) -> std::result::Result<(), WriteError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(
+            op,
+            Some(Box::new(move |result| {
+                let _ = tx.send(result);
+            })),
+        );
+        rx.await
+            .unwrap_or_else(|_| Err(WriteError("the writer stopped".into())))
+    }
+
+    pub fn observe(&self, observer: Arc<dyn WriteObserver>) {
+        let _ = self.shared.observer.set(observer);
+    }
+
+    /// Write everything queued before this call, then stop.
+    pub async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Job::Close(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+async fn run(
+    pool: AnyPool,
+    backend: Backend,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    shared: Arc<Shared>,
+) {
+    let mut jobs = Vec::with_capacity(64);
+    loop {
+        if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
+            break;
+        }
+        let mut batch = Vec::with_capacity(jobs.len());
+        let mut closing = None;
+        for job in jobs.drain(..) {
+            match job {
+                Job::Write { op, done } => batch.push((*op, done)),
+                Job::Close(ack) => closing = Some(ack),
+            }
+        }
+        if !batch.is_empty() {
+            let _held = shared.hold.read().await;
+            let ops = batch.len();
+            commit_batch(&pool, backend, batch, shared.observer.get()).await;
+            shared.queued.fetch_sub(ops, Ordering::Relaxed);
+        }
+        if let Some(ack) = closing {
+            pool.close().await;
+            let _ = ack.send(());
+            break;
+        }
+    }
+}
+
+async fn commit_batch(
+    pool: &AnyPool,
+    backend: Backend,
+    batch: Vec<(WriteOp, Option<Done>)>,
+    observer: Option<&Arc<dyn WriteObserver>>,
+) {
+    let started = Instant::now();
+    let ops: Vec<&WriteOp> = batch.iter().map(|(op, _)| op).collect();
+    let rows: usize = ops.iter().map(|op| op.rows()).sum();
+    let result = write_in_one_transaction(pool, backend, &ops).await;
+    if let Some(observer) = observer {
+        observer.committed(ops.len(), rows, started.elapsed(), result.is_ok());
+    }
+    match result {
+        Ok(()) => {
+            for (_, done) in batch {
+                if let Some(done) = done {
+                    done(Ok(()));
+                }
+            }
+        }
+        Err(e) if batch.len() == 1 => {
+            tracing::error!(error = %e, "a write failed");
+            for (_, done) in batch {
+                if let Some(done) = done {
+                    done(Err(WriteError(e.to_string())));
+                }
+            }
+        }
+        Err(e) => {
+            // Find the culprit: each op on its own, so the others still commit.
+            tracing::warn!(error = %e, ops = batch.len(), "a batch failed; writing its ops one by one");
+            for (op, done) in batch {
+                let result = write_in_one_transaction(pool, backend, &[&op]).await;
+                if let Some(observer) = observer {
+                    observer.committed(1, op.rows(), started.elapsed(), result.is_ok());
+                }
+                if let Err(e) = &result {
+                    tracing::error!(error = %e, "a write failed");
+                }
+                if let Some(done) = done {
+                    done(result.map_err(|e| WriteError(e.to_string())));
+                }
+            }
+        }
+    }
+}
+
+/// Every op of the batch in one transaction, grouped into multi-row statements in an order
+/// that respects references (threads, then messages, then what points at them).
+/// Every op of the batch grouped into multi-row statements, in an order that respects
+/// references (threads, then messages, then what points at them).
+#[derive(Default)]
+struct Plan<'a> {
+    threads: Vec<&'a ThreadRow>,
+    begin_messages: Vec<&'a NewMessage>,
+    touched: Vec<&'a str>,
+    modes: Vec<(&'a str, &'a str)>,
+    agents: Vec<(&'a str, Option<&'a str>)>,
+    items: Vec<&'a ItemRow>,
+    item_at: HashMap<(&'a str, i64), usize>,
+    approvals: Vec<&'a ApprovalRow>,
+    decisions: Vec<(&'a str, &'a str, &'a str)>,
+    finished: Vec<&'a NewMessage>,
+    models: Vec<&'a ModelCallRow>,
+}
+
+impl<'a> Plan<'a> {
+    fn add(&mut self, op: &'a WriteOp) {
+        match op {
+            WriteOp::Many(ops) => ops.iter().for_each(|op| self.add(op)),
+            WriteOp::BeginTurn { thread, messages } => {
+                match thread {
+                    Some(t) => self.threads.push(t),
+                    None => {
+                        if let Some(m) = messages.first() {
+                            self.touched.push(&m.thread_id);
+                        }
+                    }
+                }
+                self.begin_messages.extend(messages);
+            }
+            WriteOp::Items(rows) => {
+                for row in rows {
+                    // The same item twice in one statement is an error: the later one wins.
+                    let key = (row.message_id.as_str(), row.position);
+                    match self.item_at.get(&key) {
+                        Some(&i) => self.items[i] = row,
+                        None => {
+                            self.item_at.insert(key, self.items.len());
+                            self.items.push(row);
+                        }
+                    }
+                }
+            }
+            WriteOp::FinishTurn { message, models } => {
+                self.finished.push(message);
+                self.models.extend(models);
+            }
+            WriteOp::InsertApproval(row) => self.approvals.push(row),
+            WriteOp::DecideApproval {
+                thread_id,
+                id,
+                status,
+            } => self.decisions.push((thread_id, id, status)),
+            WriteOp::SetThreadMode { id, mode } => self.modes.push((id, mode)),
+            WriteOp::SetThreadAgent { id, agent } => self.agents.push((id, agent.as_deref())),
+        }
+    }
+
+    /// Whether the whole plan is one statement, atomic on its own.
+    fn is_one_statement(&self) -> bool {
+        let lengths = [
+            self.threads.len(),
+            self.begin_messages.len(),
+            self.touched.len(),
+            self.modes.len(),
+            self.agents.len(),
+            self.items.len(),
+            self.approvals.len(),
+            self.decisions.len(),
+            self.finished.len(),
+            self.models.len(),
+        ];
+        let busy: Vec<usize> = lengths.into_iter().filter(|&n| n > 0).collect();
+        busy.len() == 1 && (busy[0] == 1 || (busy[0] <= CHUNKS[0] && CHUNKS.contains(&busy[0])))
+    }
+
+    async fn execute(&self, conn: &mut AnyConnection, b: Backend) -> Result<()> {
+        insert_many(conn, b, &THREADS, &self.threads, bind_thread).await?;
+        insert_many(conn, b, &MESSAGES, &self.begin_messages, bind_message).await?;
+        touch_threads(conn, &self.touched).await?;
+        for (id, mode) in &self.modes {
+            sqlx::query("UPDATE threads SET permission_mode = $1 WHERE id = $2")
+                .bind(*mode)
+                .bind(*id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        for (id, agent) in &self.agents {
+            sqlx::query("UPDATE threads SET agent = $1 WHERE id = $2")
+                .bind(*agent)
+                .bind(*id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        insert_many(conn, b, &ITEMS, &self.items, bind_item).await?;
+        insert_many(conn, b, &APPROVALS, &self.approvals, bind_approval).await?;
+        for (thread_id, id, status) in &self.decisions {
+            sqlx::query(
+                "UPDATE approvals SET status = $1, decided_at = $2 WHERE thread_id = $3 AND id = $4 AND status = 'pending'",
+            )
+            .bind(*status)
+            .bind(now_ms())
+            .bind(*thread_id)
+            .bind(*id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        insert_many(conn, b, &FINISHED_MESSAGES, &self.finished, bind_message).await?;
+        insert_many(conn, b, &MODEL_CALLS, &self.models, bind_model_call).await?;
+        Ok(())
+    }
+}
+
+/// Every op of the batch in one transaction; a batch that is one statement needs no
+/// BEGIN and COMMIT round trips.
+async fn write_in_one_transaction(
+    pool: &AnyPool,
+    backend: Backend,
+    ops: &[&WriteOp],
+) -> Result<()> {
+    let mut plan = Plan::default();
+    for op in ops {
+        plan.add(op);
+    }
+    if plan.is_one_statement() {
+        let mut conn = pool.acquire().await?;
+        return plan.execute(&mut conn, backend).await;
+    }
+    let mut tx = pool.begin().await?;
+    plan.execute(&mut tx, backend).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, AnyArguments<'q>>;
+
+/// A multi-row INSERT: `head VALUES (…), (…) tail`.
+pub(crate) struct InsertSql {
+    head: &'static str,
+    columns: usize,
+    tail: &'static str,
+}
+
+const THREADS: InsertSql = InsertSql {
+    head: "INSERT INTO threads (id, owner, title, permission_mode, agent, created_at, updated_at)",
+    columns: 7,
+    tail: "",
+};
+pub(crate) const MESSAGES: InsertSql = InsertSql {
+    head: "INSERT INTO messages (id, thread_id, role, content, execution_tree, permission_mode, status, \
+           input_tokens, output_tokens, cost_usd, created_at, position, metadata)",
+    columns: 13,
+    tail: "",
+};
+const FINISHED_MESSAGES: InsertSql = InsertSql {
+    head: MESSAGES.head,
+    columns: 13,
+    tail: " ON CONFLICT (id) DO UPDATE SET content = excluded.content, execution_tree = excluded.execution_tree, \
+           status = excluded.status, input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, \
+           cost_usd = excluded.cost_usd, metadata = excluded.metadata",
+};
+pub(crate) const ITEMS: InsertSql = InsertSql {
+    head: "INSERT INTO items (thread_id, message_id, position, kind, parent_id, depth, body, created_at)",
+    columns: 8,
+    tail: " ON CONFLICT (message_id, position) DO UPDATE SET body = excluded.body",
+};
+const APPROVALS: InsertSql = InsertSql {
+    head: "INSERT INTO approvals (id, thread_id, tool, arguments, status, created_at, decided_at, injected_args)",
+    columns: 8,
+    tail: " ON CONFLICT DO NOTHING",
+};
+pub(crate) const MODEL_CALLS: InsertSql = InsertSql {
+    head: "INSERT INTO model_calls (id, thread_id, message_id, user_id, provider, model, depth, input_tokens, \
+           output_tokens, cost_usd, duration_ms, error, created_at)",
+    columns: 13,
+    tail: "",
+};
+
+/// Statement sizes: rows go out in power-of-two chunks, so each table needs only a handful
+/// of distinct (prepared and cached) statements whatever the batch size.
+const CHUNKS: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
+
+/// `($1, $2), ($3, $4)` for PostgreSQL; `(?, ?), (?, ?)` for SQLite, whose bind-parameter
+/// lookup by name is linear per parameter (quadratic for a big multi-row insert).
+fn placeholders(backend: Backend, rows: usize, columns: usize) -> String {
+    let mut out = String::with_capacity(rows * columns * 5);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for c in 1..=columns {
+            if c > 1 {
+                out.push_str(", ");
+            }
+            match backend {
+                Backend::Postgres => {
+                    out.push('$');
+                    out.push_str(&(r * columns + c).to_string());
+                }
+                Backend::Sqlite => out.push('?'),
+            }
+        }
+        out.push(')');
+    }
+    out
+}
+
+pub(crate) async fn insert_many<T>(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    sql: &InsertSql,
+    rows: &[T],
+    bind: for<'q> fn(AnyQuery<'q>, &'q T) -> AnyQuery<'q>,
+) -> Result<()> {
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let size = CHUNKS
+            .iter()
+            .copied()
+            .find(|&n| n <= rest.len())
+            .unwrap_or(1);
+        let (chunk, tail) = rest.split_at(size);
+        rest = tail;
+        let text = format!(
+            "{} VALUES {}{}",
+            sql.head,
+            placeholders(backend, size, sql.columns),
+            sql.tail
+        );
+        let mut query = sqlx::query(&text);
+        for row in chunk {
+            query = bind(query, row);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+async fn touch_threads(conn: &mut AnyConnection, ids: &[&str]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let now = now_ms();
+    for chunk in ids.chunks(64) {
+        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+        let text = format!(
+            "UPDATE threads SET updated_at = $1 WHERE id IN ({})",
+            list.join(", ")
+        );
+        let mut query = sqlx::query(&text).bind(now);
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+fn bind_thread<'q>(q: AnyQuery<'q>, t: &'q &ThreadRow) -> AnyQuery<'q> {
+    q.bind(t.id.as_str())
+        .bind(t.owner.as_str())
+        .bind(t.title.as_str())
+        .bind(t.permission_mode.as_str())
+        .bind(t.agent.as_deref())
+        .bind(t.created_at)
+        .bind(t.updated_at)
+}
+
+pub(crate) fn bind_message<'q>(q: AnyQuery<'q>, m: &'q &NewMessage) -> AnyQuery<'q> {
+    q.bind(m.id.as_str())
+        .bind(m.thread_id.as_str())
+        .bind(m.role.as_str())
+        .bind(m.content.to_string())
+        .bind(
+            m.execution_tree
+                .as_ref()
+                .and_then(|t| serde_json::to_string(t).ok()),
+        )
+        .bind(m.permission_mode.as_deref())
+        .bind(m.status.as_str())
+        .bind(m.input_tokens)
+        .bind(m.output_tokens)
+        .bind(m.cost_usd)
+        .bind(m.created_at)
+        .bind(m.position)
+        .bind(m.metadata.as_deref())
+}
+
+pub(crate) fn bind_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
+    q.bind(i.thread_id.as_str())
+        .bind(i.message_id.as_str())
+        .bind(i.position)
+        .bind(i.kind.as_str())
+        .bind(i.parent_id.as_deref())
+        .bind(i.depth)
+        .bind(i.body.as_str())
+        .bind(i.created_at)
+}
+
+fn bind_approval<'q>(q: AnyQuery<'q>, r: &'q &ApprovalRow) -> AnyQuery<'q> {
+    q.bind(r.id.as_str())
+        .bind(r.thread_id.as_str())
+        .bind(r.tool.as_str())
+        .bind(r.arguments.as_str())
+        .bind(r.status.as_str())
+        .bind(r.created_at)
+        .bind(r.decided_at)
+        .bind(r.injected_args.as_deref())
+}
+
+pub(crate) fn bind_model_call<'q>(q: AnyQuery<'q>, r: &'q &ModelCallRow) -> AnyQuery<'q> {
+    q.bind(r.id.as_str())
+        .bind(r.thread_id.as_str())
+        .bind(r.message_id.as_str())
+        .bind(r.user_id.as_str())
+        .bind(r.provider.as_str())
+        .bind(r.model.as_str())
+        .bind(r.depth)
+        .bind(r.input_tokens)
+        .bind(r.output_tokens)
+        .bind(r.cost_usd)
+        .bind(r.duration_ms)
+        .bind(r.error.as_deref())
+        .bind(r.created_at)
+}
+
+impl From<WriteError> for StoreError {
+    fn from(e: WriteError) -> Self {
+        StoreError::Write(e.0)
+    }
+}

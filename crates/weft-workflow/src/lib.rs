@@ -1,0 +1,21 @@
+//! Workflows: every tool is a node. The node registry (built-in types plus every non-agentic
+//! tool), graphs and their validation, and a parallel executor whose nodes reach tools and the
+//! model through the turn they run in — gated, budgeted and recorded like tool calls.
+
+pub mod executor;
+pub mod graph;
+pub mod host;
+pub mod node;
+pub mod nodes;
+pub mod registry;
+pub mod tool_node;
+pub mod tools;
+pub mod validate;
+
+pub use executor::{execute, Job, NodeRun, NodeStatus, RunLimits, RunResult, RunStatus};
+pub use graph::{Edge, Graph, Node};
+pub use host::RunHost;
+pub use node::{NodeContext, NodeType, Ports};
+pub use registry::NodeRegistry;
+pub use tools::{RunRecord, SavedWorkflow, WorkflowLibrary, Workflows};
+pub use validate::{validate, GraphError, Plan};
