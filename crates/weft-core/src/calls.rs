@@ -139,6 +139,26 @@ impl CallSite {
         system: &str,
         messages: Vec<ChatMessage>,
     ) -> Result<String, ModelError> {
+        self.complete_with(system, messages, None).await
+    }
+
+    /// Like [`CallSite::complete`], asking for JSON matching `schema` (structured output
+    /// where the provider supports it; the caller still checks what comes back).
+    pub async fn complete_json(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+        schema: Arc<serde_json::Value>,
+    ) -> Result<String, ModelError> {
+        self.complete_with(system, messages, Some(schema)).await
+    }
+
+    async fn complete_with(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+        response_schema: Option<Arc<serde_json::Value>>,
+    ) -> Result<String, ModelError> {
         let level = Level {
             depth: self.level.depth,
             parent_id: self.level.parent_id.clone(),
@@ -148,7 +168,7 @@ impl CallSite {
             output_schema: None,
             llm: self.level.llm.clone(),
             quiet: true,
-            response_schema: None,
+            response_schema,
         };
         let mut ignored = String::new();
         match sample(&self.turn, &level, Arc::new(messages), &mut ignored).await {

@@ -90,6 +90,8 @@ pub struct AgentConfig {
     pub approval_timeout_ms: Option<u64>,
     /// How long one tool call may run (approval waits excluded) before it is an error result.
     pub tool_timeout_ms: Option<u64>,
+    /// How long a client-run (`ui_*`) tool call may wait for the client's `tool_result`.
+    pub client_tool_timeout_ms: u64,
 }
 
 /// Schema-only argument names and their descriptions, in the order they were given.
@@ -137,6 +139,7 @@ impl Default for AgentConfig {
             tool_error_mode: ToolErrorMode::Recover,
             approval_timeout_ms: None,
             tool_timeout_ms: Some(120_000),
+            client_tool_timeout_ms: 60_000,
         }
     }
 }

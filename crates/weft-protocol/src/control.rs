@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::types::ToolCategory;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalDecision {
@@ -26,6 +28,9 @@ pub enum ControlFrame {
         ok: bool,
         #[serde(default)]
         result: Value,
+        /// Why the call failed (`ok: false`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     Ping,
 }
@@ -38,4 +43,7 @@ pub struct ClientTool {
     pub description: String,
     #[serde(default)]
     pub parameters: Value,
+    /// What a call does, for the gate (default `write`: it asks in Default mode).
+    #[serde(default = "ToolCategory::client_default")]
+    pub category: ToolCategory,
 }

@@ -183,10 +183,13 @@ pub enum ServerEvent {
     Message {
         message: StoredMessage,
     },
+    /// A client-run (`ui_*`) tool call for the client to carry out and answer with `tool_result`.
     ToolCall {
         tool_call_id: String,
         name: String,
         args: Value,
+        parent_id: Option<String>,
+        depth: u32,
     },
     /// Around the planner pre-pass: `started`, then `done` with the plan or `failed`.
     PlanningUpdate {

@@ -44,6 +44,13 @@ pub enum ToolCategory {
     External,
 }
 
+impl ToolCategory {
+    /// A client-run tool that does not say: it changes the client's state.
+    pub fn client_default() -> Self {
+        ToolCategory::Write
+    }
+}
+
 /// Whether a tool exists in a session's toolbelt at all (seed 000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

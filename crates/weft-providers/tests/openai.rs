@@ -514,3 +514,17 @@ fn the_per_response_token_cap_is_sent_under_the_name_each_model_takes() {
         (Some(256), None)
     );
 }
+
+#[test]
+fn a_response_schema_becomes_a_json_schema_response_format() {
+    let mut req = request(vec![ChatMessage::user("plan")]);
+    assert!(weft_providers::openai::request_body(&req)
+        .get("response_format")
+        .is_none());
+    let schema = json!({"type": "object", "properties": {"nodes": {"type": "array"}}});
+    req.response_schema = Some(Arc::new(schema.clone()));
+    let body = weft_providers::openai::request_body(&req);
+    assert_eq!(body["response_format"]["type"], "json_schema");
+    assert_eq!(body["response_format"]["json_schema"]["schema"], schema);
+    assert_eq!(body["response_format"]["json_schema"]["strict"], false);
+}

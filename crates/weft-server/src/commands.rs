@@ -12,6 +12,7 @@ use weft_protocol::{echo, PermissionMode};
 use weft_store::WriteOp;
 
 use crate::auth::User;
+use crate::client_tools::ClientToolset;
 use crate::connection::detach_orphans;
 use crate::outbox::{Outbox, SharedFrame};
 use crate::persist::to_wire;
@@ -28,6 +29,8 @@ pub struct Connection {
     pub user: User,
     pub id: ConnId,
     pub outbox: Outbox,
+    /// The `ui_*` tools this client runs (editor context).
+    pub client_tools: ClientToolset,
 }
 
 /// Where a chat frame goes (seed 000's order).
@@ -64,6 +67,7 @@ impl Connection {
     }
 
     pub fn detach(&self) {
+        self.client_tools.close();
         detach_orphans(&self.state, self.id);
     }
 
@@ -145,19 +149,38 @@ impl Connection {
                 tool_call_id,
                 decision,
             } => self.answer_approval(&tool_call_id, decision),
-            ControlFrame::ClientToolsManifest { tools } => {
-                // Client-run `ui_*` tools join the toolbelt only in the editor context,
-                // which this server does not offer yet; the manifest is accepted.
-                tracing::debug!(count = tools.len(), "client tools manifest received");
-                Ok(())
+            // Client-run `ui_*` tools join the toolbelt of this connection's editor turns.
+            ControlFrame::ClientToolsManifest { tools } => self
+                .client_tools
+                .set(tools)
+                .map_err(|message| (ErrorCode::InvalidField, message)),
+            ControlFrame::ToolResult {
+                tool_call_id,
+                ok,
+                result,
+                error,
+            } => {
+                let answer = if ok {
+                    Ok(result)
+                } else {
+                    Err(error.unwrap_or_else(|| "the client reported a failure".to_owned()))
+                };
+                if self
+                    .state
+                    .client_calls
+                    .answer(&self.user.id, &tool_call_id, answer)
+                {
+                    Ok(())
+                } else {
+                    Err((
+                        ErrorCode::InvalidField,
+                        format!(
+                            "no client-run tool call `{}` is pending",
+                            echo(&tool_call_id)
+                        ),
+                    ))
+                }
             }
-            ControlFrame::ToolResult { tool_call_id, .. } => Err((
-                ErrorCode::InvalidField,
-                format!(
-                    "no client-run tool call `{}` is pending",
-                    echo(&tool_call_id)
-                ),
-            )),
         }
     }
 

@@ -32,6 +32,8 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct WorkflowConfig {
+    /// The node registry, workflow tools, route 1 and the editor context; off leaves them out.
+    pub enabled: bool,
     /// Nodes of one run running at once.
     pub max_parallel_nodes: usize,
     /// How long one node may run (tool nodes keep the tool timeout).
@@ -41,6 +43,7 @@ pub struct WorkflowConfig {
 impl Default for WorkflowConfig {
     fn default() -> Self {
         WorkflowConfig {
+            enabled: true,
             max_parallel_nodes: 8,
             node_timeout_ms: 60_000,
         }

@@ -88,6 +88,7 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
         user,
         id: conn_id,
         outbox: outbox.clone(),
+        client_tools: Default::default(),
     };
     let limit = state.config.server.max_frame_bytes;
     let recheck_every = Duration::from_millis(state.config.server.auth_recheck_ms.max(10));

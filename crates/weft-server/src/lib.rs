@@ -5,6 +5,7 @@ pub mod agents;
 pub mod assets;
 pub mod audit;
 pub mod auth;
+pub mod client_tools;
 pub mod codec;
 pub mod commands;
 pub mod config;

@@ -65,6 +65,7 @@ impl Listener {
                 user,
                 id: state.next_conn_id(),
                 outbox,
+                client_tools: Default::default(),
             },
             frames,
         }

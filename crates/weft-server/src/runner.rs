@@ -153,7 +153,19 @@ pub async fn start_turn_with(
     let permission_mode = runtime.gate.mode();
     runtime.subscribe(conn.id, conn.outbox.clone());
 
-    let toolbelt = agent_toolbelt(state.toolbelt_for(&data.chat_context()), &agent);
+    let context = data.chat_context();
+    let mut toolbelt = agent_toolbelt(state.toolbelt_for(&context), &agent);
+    if state.editor_available(&context) {
+        // The client's own `ui_*` tools join editor turns (seed 000), after the agent's
+        // allow-list: they are the page's, not the agent's.
+        let timeout = std::time::Duration::from_millis(agent.client_tool_timeout_ms);
+        for tool in conn
+            .client_tools
+            .proxies(&conn.user.id, &state.client_calls, timeout)
+        {
+            toolbelt = toolbelt.with(tool);
+        }
+    }
     let can_delegate = agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
     let mut system_prompt = mode.system_prompt(&toolbelt, permission_mode, can_delegate);
     if !agent.instructions.trim().is_empty() {

@@ -14,6 +14,7 @@ use weft_protocol::{AgentConfig, ChatContext, PolicyClass};
 use weft_store::Store;
 
 use crate::assets::AssetStore;
+use crate::client_tools::PendingClientCalls;
 use crate::config::Config;
 use crate::limits::UserLimits;
 use crate::metrics::Metrics;
@@ -37,9 +38,11 @@ pub struct AppState {
     pub context_windows: ContextWindows,
     /// Offloaded tool results and other assets.
     pub assets: Arc<AssetStore>,
-    /// Every node type workflows can use.
-    pub node_registry: Arc<NodeRegistry>,
+    /// Every node type workflows can use; none when workflows are disabled.
+    pub node_registry: Option<Arc<NodeRegistry>>,
     pub hub: ThreadHub,
+    /// Client-run tool calls waiting for the client's answer.
+    pub client_calls: Arc<PendingClientCalls>,
     pub limits: UserLimits,
     pub metrics: Arc<Metrics>,
     /// Every running turn, so shutdown can wait for them.
@@ -129,15 +132,24 @@ impl AppState {
             assets: assets.clone(),
         }));
         // Every non-agentic tool is a node; the workflow tools themselves are not.
-        let node_registry = Arc::new(NodeRegistry::with_tools(&Toolbelt::new(tools.clone())));
-        let workflows = Workflows {
-            library: Arc::new(StoreLibrary {
-                store: store.clone(),
-            }),
-            registry: node_registry.clone(),
-            limits: config.workflow.limits(),
+        let node_registry = if config.workflow.enabled {
+            let registry = Arc::new(NodeRegistry::with_tools(&Toolbelt::new(tools.clone())));
+            let workflows = Workflows {
+                library: Arc::new(StoreLibrary {
+                    store: store.clone(),
+                }),
+                registry: registry.clone(),
+                limits: config.workflow.limits(),
+            };
+            tools.extend(workflows.tools());
+            Some(registry)
+        } else {
+            tracing::warn!(
+                "[workflow] enabled = false: no node registry, so no workflow tools, no \
+                 workflow route and no editor context (build_workflow, ui_* tools)"
+            );
+            None
         };
-        tools.extend(workflows.tools());
         let toolbelt = |context: &ChatContext| {
             let mut policy = ToolPolicy::for_context(context, Some(workspace.to_path_buf()));
             policy.allow_private_network = config.policy.allow_private_network;
@@ -175,6 +187,7 @@ impl AppState {
             thread_toolbelt,
             editor_toolbelt,
             hub: ThreadHub::new(config.server.replay_max_bytes),
+            client_calls: Arc::default(),
             limits: UserLimits::new(&config.limits),
             metrics,
             turns: TaskTracker::new(),
@@ -199,12 +212,40 @@ impl AppState {
         names
     }
 
-    /// The session toolbelt for a chat context (registered ∩ policy ∩ context).
+    /// The session toolbelt for a chat context (registered ∩ policy ∩ context). The editor
+    /// context needs a node registry; without one it gets the thread's tools.
     pub fn toolbelt_for(&self, context: &ChatContext) -> Toolbelt {
-        match context {
-            ChatContext::Thread => self.thread_toolbelt.clone(),
-            ChatContext::Editor { .. } => self.editor_toolbelt.clone(),
+        if self.editor_available(context) {
+            self.editor_toolbelt.clone()
+        } else {
+            self.thread_toolbelt.clone()
         }
+    }
+
+    /// The node registry, or why workflows cannot run here.
+    pub fn registry(&self) -> Result<&Arc<NodeRegistry>, (weft_protocol::ErrorCode, String)> {
+        self.node_registry.as_ref().ok_or_else(|| {
+            (
+                weft_protocol::ErrorCode::UnsupportedRoute,
+                "workflows are disabled on this server ([workflow] enabled = false)".to_owned(),
+            )
+        })
+    }
+
+    /// Whether `context` is an editor this server can serve (seed 000: editor context and a
+    /// registry). An editor chat without a registry is a misconfiguration, logged.
+    pub fn editor_available(&self, context: &ChatContext) -> bool {
+        if !matches!(context, ChatContext::Editor { .. }) {
+            return false;
+        }
+        if self.node_registry.is_none() {
+            tracing::warn!(
+                "an editor chat on a server without a node registry ([workflow] enabled = false): \
+                 build_workflow and the client's ui_* tools are left out"
+            );
+            return false;
+        }
+        true
     }
 
     /// The workspace a user's tools work in: their own directory under the root, or the

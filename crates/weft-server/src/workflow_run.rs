@@ -24,6 +24,7 @@ use crate::workflows::{deny_approvals, StoreLibrary};
 /// Route 1: run the workflow the message names, as a turn of its thread.
 pub async fn start(conn: &Connection, data: ChatMessageData) -> Result<(), Refusal> {
     let state = conn.state.clone();
+    let registry = state.registry()?.clone();
     let id = data.workflow_id.clone().ok_or_else(|| {
         (
             ErrorCode::InvalidField,
@@ -45,7 +46,7 @@ pub async fn start(conn: &Connection, data: ChatMessageData) -> Result<(), Refus
             )
         })?;
     let workflow = crate::workflows::saved(&row).map_err(internal)?;
-    validate(&workflow.graph, &state.node_registry).map_err(|errors| {
+    validate(&workflow.graph, &registry).map_err(|errors| {
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         (ErrorCode::InvalidGraph, errors.join("; "))
     })?;
@@ -140,21 +141,26 @@ async fn run_hosted(
         workflow_id: &workflow.id,
         prefix: None,
     };
-    let plan = match validate(&workflow.graph, &state.node_registry) {
+    let failed = |error: String| RunResult {
+        status: weft_workflow::RunStatus::Failed,
+        outputs: Map::new(),
+        nodes: Vec::new(),
+        error: Some(error),
+    };
+    let registry = match state.registry() {
+        Ok(registry) => registry,
+        Err((_, message)) => return failed(message),
+    };
+    let plan = match validate(&workflow.graph, registry) {
         Ok(plan) => plan,
         Err(errors) => {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            return RunResult {
-                status: weft_workflow::RunStatus::Failed,
-                outputs: Map::new(),
-                nodes: Vec::new(),
-                error: Some(format!("invalid_graph: {}", errors.join("; "))),
-            };
+            return failed(format!("invalid_graph: {}", errors.join("; ")));
         }
     };
     let limits = state.config.workflow.limits();
     let deadline = tokio::time::Instant::from_std(hosted.deadline());
-    let run = execute(&plan, params, &site, &state.node_registry, &limits, job);
+    let run = execute(&plan, params, &site, registry, &limits, job);
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => result,
@@ -190,6 +196,9 @@ pub async fn run_detached(
     params: &Map<String, Value>,
     run_id: &str,
 ) -> Result<RunResult, (&'static str, String)> {
+    state
+        .registry()
+        .map_err(|(_, message)| ("workflows_disabled", message))?;
     let (_, provider) = state
         .providers
         .get(None)

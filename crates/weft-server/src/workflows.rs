@@ -106,6 +106,11 @@ fn invalid_graph(errors: &[GraphError]) -> Response {
         .into_response()
 }
 
+/// Workflows are switched off on this server.
+fn disabled(message: &str) -> Response {
+    problem(StatusCode::NOT_FOUND, "workflows_disabled", message)
+}
+
 fn not_found() -> Response {
     problem(
         StatusCode::NOT_FOUND,
@@ -143,8 +148,10 @@ fn checked(state: &AppState, body: &WorkflowBody) -> Result<String, Box<Response
             "name must be 1 to 200 bytes",
         )));
     }
-    validate(&body.graph, &state.node_registry)
-        .map_err(|errors| Box::new(invalid_graph(&errors)))?;
+    let registry = state
+        .registry()
+        .map_err(|(_, message)| Box::new(disabled(&message)))?;
+    validate(&body.graph, registry).map_err(|errors| Box::new(invalid_graph(&errors)))?;
     serde_json::to_string(&body.graph).map_err(|e| Box::new(internal(e)))
 }
 
@@ -156,7 +163,10 @@ pub async fn node_types(
     Query(search): Query<Search>,
 ) -> Rest<Response> {
     user(&state, &headers, &q).await?;
-    Ok(Json(state.node_registry.catalogue(search.query.as_deref())).into_response())
+    Ok(match state.registry() {
+        Ok(registry) => Json(registry.catalogue(search.query.as_deref())).into_response(),
+        Err((_, message)) => disabled(&message),
+    })
 }
 
 #[derive(Debug, Deserialize)]

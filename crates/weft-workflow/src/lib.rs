@@ -2,6 +2,7 @@
 //! tool), graphs and their validation, and a parallel executor whose nodes reach tools and the
 //! model through the turn they run in — gated, budgeted and recorded like tool calls.
 
+pub mod builder;
 pub mod executor;
 pub mod graph;
 pub mod host;
@@ -12,6 +13,7 @@ pub mod tool_node;
 pub mod tools;
 pub mod validate;
 
+pub use builder::{BuildWorkflow, BUILD_WORKFLOW};
 pub use executor::{execute, Job, NodeRun, NodeStatus, RunLimits, RunResult, RunStatus};
 pub use graph::{Edge, Graph, Node};
 pub use host::RunHost;

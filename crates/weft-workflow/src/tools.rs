@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
+use crate::builder::BuildWorkflow;
 use crate::executor::{execute, Job, RunLimits, RunResult, RunStatus};
 use crate::graph::{Graph, Node};
 use crate::registry::NodeRegistry;
@@ -61,6 +62,8 @@ impl Workflows {
             Arc::new(ListNodeTypes(self.clone())),
             Arc::new(RunWorkflow(self.clone())),
             Arc::new(RunNode(self.clone())),
+            // Editor context only (its policy class): the server leaves it out elsewhere.
+            Arc::new(BuildWorkflow::new(self.registry.clone())),
         ]
     }
 
