@@ -1,7 +1,9 @@
 // Weft's reference client: threads, agents, composer, permission modes, streaming text, the
-// plan, nested tool-call cards, inline approvals, budget notices, cost, reload and resume.
+// plan, nested tool-call cards, inline approvals, budget notices, cost, reload and resume;
+// the workflows panel and its editor live in workflows.js.
 
 import { WeftSocket } from "./socket.js";
+import { initWorkflows, onWorkflowFrame, runClientTool, chatContext, MANIFEST } from "./workflows.js";
 import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -213,6 +215,13 @@ function onFrame(f) {
       state.live = { root: stored, text: stored.querySelector(".text"), tools: stored.querySelector(".tools") };
       break;
     }
+    case "job_update": case "node_update": onWorkflowFrame(f); break;
+    case "tool_call": {
+      // The agent runs one of this page's `ui_*` tools.
+      const answer = runClientTool(f.name, f.args);
+      socket.send({ type: "tool_result", tool_call_id: f.tool_call_id, ...answer });
+      break;
+    }
     case "error": $("messages").append(notice("error", `${f.code}: ${f.message}`)); break;
   }
   scrollDown();
@@ -273,6 +282,8 @@ function onConnection(status) {
   if (status !== "up" && $("connection").textContent.startsWith("API key")) return;
   $("connection").textContent = status === "up" ? "connected" : "reconnecting…";
   $("connection").classList.toggle("up", status === "up");
+  // The manifest belongs to the connection: every new socket gets it again.
+  if (status === "up") socket.send(MANIFEST);
   if (status === "up" && state.running && state.threadId) {
     // Pick the running turn up where the dropped socket left it.
     socket.send({ command: "resume_chat", data: { thread_id: state.threadId, last_seq: state.lastSeq[state.threadId] || 0 } });
@@ -301,11 +312,24 @@ function send(e) {
   if (!text || state.running) return;
   $("messages").append(userMessage(text));
   const data = { content: text, permission_mode: state.mode, agent: state.agent, mode: state.execMode };
+  const context = chatContext();
+  if (context) data.chat_context = context;
+  startTurn(data);
+  $("input").value = "";
+}
+
+function startTurn(data) {
   if (state.threadId) data.thread_id = state.threadId;
   socket.send({ command: "chat_message", request_id: crypto.randomUUID ? crypto.randomUUID() : String(Date.now()), data });
-  $("input").value = "";
   setRunning(true);
   scrollDown();
+}
+
+/// Route 1: run a saved workflow as a turn of the thread on screen.
+function runWorkflow(workflow, params) {
+  if (state.running) return;
+  $("messages").append(userMessage(`Run workflow “${workflow.name}”`));
+  startTurn({ content: `Run workflow ${workflow.name}`, workflow_target: "workflow", workflow_id: workflow.id, params, permission_mode: state.mode });
 }
 
 function scrollDown() { const m = $("messages"); m.scrollTop = m.scrollHeight; }
@@ -324,6 +348,7 @@ for (const li of $("mode-menu").children) {
   li.onclick = () => { setMode(li.dataset.mode, true); $("mode-menu").hidden = true; };
 }
 setMode("default", false);
+initWorkflows({ headers, run: runWorkflow });
 loadThreads();
 loadAgents();
 loadModes();

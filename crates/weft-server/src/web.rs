@@ -9,6 +9,7 @@ const INDEX: &str = include_str!("../../../web-fixtures/index.html");
 const APP: &str = include_str!("../../../web-fixtures/app.js");
 const SOCKET: &str = include_str!("../../../web-fixtures/socket.js");
 const RENDER: &str = include_str!("../../../web-fixtures/render.js");
+const WORKFLOWS: &str = include_str!("../../../web-fixtures/workflows.js");
 const STYLE: &str = include_str!("../../../web-fixtures/style.css");
 
 fn file(content_type: &'static str, body: &'static str) -> Response {
@@ -32,6 +33,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/app.js", get(|| async { file(JS, APP) }))
         .route("/socket.js", get(|| async { file(JS, SOCKET) }))
         .route("/render.js", get(|| async { file(JS, RENDER) }))
+        .route("/workflows.js", get(|| async { file(JS, WORKFLOWS) }))
         .route(
             "/style.css",
             get(|| async { file("text/css; charset=utf-8", STYLE) }),

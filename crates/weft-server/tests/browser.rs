@@ -17,7 +17,20 @@ use support::TestServer;
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn script() -> Value {
+    let greeter = json!({"nodes": [
+        {"id": "who", "type": "input.text", "inputs": {"name": "name"}},
+        {"id": "greet", "type": "text.template", "inputs": {"template": "Hello {{ who }}"}},
+        {"id": "out", "type": "output", "inputs": {"name": "greeting"}}
+    ], "edges": [
+        {"from": "who", "output": "value", "to": "greet", "input": "who"},
+        {"from": "greet", "output": "text", "to": "out", "input": "value"}
+    ]});
     json!({"conversations": [
+        {"match": "Objective: greet", "steps": [{"text": greeter.to_string()}]},
+        {"match": "build a greeter", "steps": [
+            {"tool_calls": [{"name": "build_workflow", "arguments": {"objective": "greet"}}]},
+            {"tool_calls": [{"name": "ui_paste_graph", "arguments": {"graph": greeter}}]},
+            {"text": "Built it.", "repeat": true}]},
         {"match": "in code", "steps": [
             {"text": "```js\nawait tools.memory_write({key: 'k', value: 'v'});\nconst keys = await tools.memory_list({});\noutput(`keys: ${keys.join(', ')}`);\ndone();\n```"}]},
         {"match": "Plan this request", "steps": [{"text": "1. wake up\n2. work", "repeat": true}]},
@@ -492,6 +505,66 @@ async fn several_pending_approvals_queue_one_card_at_a_time() {
         1,
         "exactly the allowed write happened"
     );
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_it() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.click("#workflows-toggle").await;
+    b.wait("!document.getElementById('workflow-panel').hidden")
+        .await;
+    b.click("#editor-toggle").await;
+    b.pick_mode("auto").await;
+    b.say("build a greeter").await;
+    b.wait(&format!("{ANSWER} === 'Built it.'")).await;
+    let nodes = "Array.from(document.querySelectorAll('#graph-view g.node')).map(g => g.dataset.id)";
+    assert_eq!(
+        b.wait(&format!("{nodes}.length === 3 && {nodes}")).await,
+        json!(["who", "greet", "out"])
+    );
+    assert_eq!(
+        b.js("document.querySelectorAll('#graph-view path.edge').length")
+            .await,
+        json!(2)
+    );
+    b.shot("workflow-built").await;
+
+    let name = b
+        .client
+        .find(Locator::Css("#workflow-name"))
+        .await
+        .unwrap();
+    name.send_keys("Greeter").await.unwrap();
+    b.click("#save-workflow").await;
+    b.wait("document.getElementById('workflow-status').textContent === 'saved as Greeter'")
+        .await;
+    b.wait("document.querySelector('#workflow-list li.current')?.textContent === 'Greeter'")
+        .await;
+    let param = b
+        .client
+        .find(Locator::Css("#run-params input[name='name']"))
+        .await
+        .unwrap();
+    param.send_keys("Ada").await.unwrap();
+    b.click("#run-workflow").await;
+    let states = "Array.from(document.querySelectorAll('#graph-view g.node')).map(g => g.dataset.status)";
+    assert_eq!(
+        b.wait(&format!(
+            "{states}.every(s => s === 'completed') && {states}"
+        ))
+        .await,
+        json!(["completed", "completed", "completed"])
+    );
+    b.wait("document.getElementById('workflow-status').textContent === 'completed'")
+        .await;
+    let answer = b.wait(&format!("{ANSWER}?.includes('Hello Ada') && {ANSWER}")).await;
+    assert!(answer.as_str().unwrap().contains("greeting"), "{answer}");
+    b.shot("workflow-run").await;
     b.close().await;
     server.stop().await;
 }
