@@ -154,13 +154,16 @@ impl PendingClientCalls {
 
     /// The client's answer to `call_id`; false when no call of `user`'s has that id.
     pub fn answer(&self, user: &str, call_id: &str, answer: Answer) -> bool {
-        let mut calls = self.calls.lock();
-        match calls.get(call_id) {
-            Some(waiting) if &*waiting.owner == user => {}
-            _ => return false,
-        }
-        let waiting = calls.remove(call_id).expect("checked above");
-        drop(calls);
+        let waiting = {
+            let mut calls = self.calls.lock();
+            if calls.get(call_id).is_none_or(|w| &*w.owner != user) {
+                return false;
+            }
+            match calls.remove(call_id) {
+                Some(waiting) => waiting,
+                None => return false,
+            }
+        };
         // The call may have given up a moment ago; the answer then has nowhere to go.
         let _ = waiting.answer.send(answer);
         true

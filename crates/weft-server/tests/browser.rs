@@ -522,7 +522,8 @@ async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_i
     b.pick_mode("auto").await;
     b.say("build a greeter").await;
     b.wait(&format!("{ANSWER} === 'Built it.'")).await;
-    let nodes = "Array.from(document.querySelectorAll('#graph-view g.node')).map(g => g.dataset.id)";
+    let nodes =
+        "Array.from(document.querySelectorAll('#graph-view g.node')).map(g => g.dataset.id)";
     assert_eq!(
         b.wait(&format!("{nodes}.length === 3 && {nodes}")).await,
         json!(["who", "greet", "out"])
@@ -534,11 +535,7 @@ async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_i
     );
     b.shot("workflow-built").await;
 
-    let name = b
-        .client
-        .find(Locator::Css("#workflow-name"))
-        .await
-        .unwrap();
+    let name = b.client.find(Locator::Css("#workflow-name")).await.unwrap();
     name.send_keys("Greeter").await.unwrap();
     b.click("#save-workflow").await;
     b.wait("document.getElementById('workflow-status').textContent === 'saved as Greeter'")
@@ -552,7 +549,8 @@ async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_i
         .unwrap();
     param.send_keys("Ada").await.unwrap();
     b.click("#run-workflow").await;
-    let states = "Array.from(document.querySelectorAll('#graph-view g.node')).map(g => g.dataset.status)";
+    let states =
+        "Array.from(document.querySelectorAll('#graph-view g.node')).map(g => g.dataset.status)";
     assert_eq!(
         b.wait(&format!(
             "{states}.every(s => s === 'completed') && {states}"
@@ -562,7 +560,9 @@ async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_i
     );
     b.wait("document.getElementById('workflow-status').textContent === 'completed'")
         .await;
-    let answer = b.wait(&format!("{ANSWER}?.includes('Hello Ada') && {ANSWER}")).await;
+    let answer = b
+        .wait(&format!("{ANSWER}?.includes('Hello Ada') && {ANSWER}"))
+        .await;
     assert!(answer.as_str().unwrap().contains("greeting"), "{answer}");
     b.shot("workflow-run").await;
     b.close().await;
