@@ -26,6 +26,8 @@ pub struct Config {
     /// Code mode's sandbox limits.
     pub code: weft_codemode::Limits,
     pub workflow: WorkflowConfig,
+    /// Web search and page fetching.
+    pub web: WebConfig,
 }
 
 /// How workflow runs are bounded (beyond the turn's budget they run under).
@@ -213,6 +215,68 @@ impl RemoteProviderConfig {
             read_timeout: std::time::Duration::from_millis(self.read_timeout_ms),
             max_retries: self.max_retries,
             ..weft_providers::HttpOptions::default()
+        }
+    }
+}
+
+/// `[web]`: the search backend (none: no `web_search`) and `fetch_url`'s caps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct WebConfig {
+    /// `searxng`, `brave` or `tavily`; absent: no `web_search` tool.
+    pub search_backend: Option<weft_tools::web::SearchBackend>,
+    /// The backend's base URL (required for SearXNG).
+    pub search_url: Option<String>,
+    pub search_api_key: Option<String>,
+    pub search_max_results: usize,
+    pub search_timeout_ms: u64,
+    /// Most bytes of one page `fetch_url` reads.
+    pub fetch_max_bytes: usize,
+    pub fetch_timeout_ms: u64,
+    /// Host names `fetch_url` may reach whatever they resolve to (an intranet wiki).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            search_backend: None,
+            search_url: None,
+            search_api_key: None,
+            search_max_results: 5,
+            search_timeout_ms: 15_000,
+            fetch_max_bytes: 2 * 1024 * 1024,
+            fetch_timeout_ms: 15_000,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl WebConfig {
+    /// The web tools' settings, with the policy's private-network switch.
+    pub fn settings(&self, allow_private_network: bool) -> weft_tools::web::WebSettings {
+        use std::time::Duration;
+        weft_tools::web::WebSettings {
+            net: weft_tools::web::NetPolicy {
+                allow_private_network,
+                allowed_hosts: self
+                    .allowed_hosts
+                    .iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+            },
+            search: self
+                .search_backend
+                .clone()
+                .map(|backend| weft_tools::web::SearchSettings {
+                    backend,
+                    url: self.search_url.clone(),
+                    api_key: self.search_api_key.clone(),
+                    max_results: self.search_max_results.clamp(1, 20),
+                    timeout: Duration::from_millis(self.search_timeout_ms),
+                }),
+            fetch_max_bytes: self.fetch_max_bytes.max(1024),
+            fetch_timeout: Duration::from_millis(self.fetch_timeout_ms.max(100)),
         }
     }
 }

@@ -128,6 +128,8 @@ impl AppState {
         })?;
         let assets = Arc::new(assets);
         let mut tools = weft_tools::builtin_tools();
+        let web = config.web.settings(config.policy.allow_private_network);
+        tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
         tools.push(Arc::new(ReadArtifact {
             assets: assets.clone(),
         }));

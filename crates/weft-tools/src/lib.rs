@@ -1,9 +1,10 @@
-//! Weft's built-in tools. Each declares its policy class and permission category; the
+//! Weft's built-in tools (files, memory, todo list, the web). Each declares its policy class and permission category; the
 //! workspace tools enforce the policy's root themselves.
 
 pub mod files;
 pub mod memory;
 pub mod todo;
+pub mod web;
 pub mod workspace;
 
 use std::sync::Arc;
