@@ -4,6 +4,7 @@
 mod agents;
 mod assets;
 mod audit;
+mod collections;
 mod keys;
 mod record;
 mod rows;
@@ -19,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+pub use collections::{ChunkHit, CollectionRow, DocumentRow, NewDocument};
 pub use rows::{
     ApprovalRow, AssetRow, ItemRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, WorkflowRow,
     WorkflowRunRow,
