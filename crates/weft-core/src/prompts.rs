@@ -278,3 +278,7 @@ pub const CODE_EXECUTE: &str = "code.execute";
 pub fn code_result_message(result: &str) -> String {
     format!("[result of running that code]\n{result}")
 }
+
+/// Heads the facts long-term memory recalled for a turn (then one `- fact` per line).
+pub const REMEMBERED: &str =
+    "What you remember about this user from earlier conversations (use it when relevant):";

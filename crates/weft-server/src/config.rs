@@ -28,6 +28,8 @@ pub struct Config {
     pub workflow: WorkflowConfig,
     /// Web search and page fetching.
     pub web: WebConfig,
+    /// An embeddings endpoint for hybrid collection search (absent: full text only).
+    pub embeddings: crate::embeddings::EmbeddingsConfig,
 }
 
 /// How workflow runs are bounded (beyond the turn's budget they run under).

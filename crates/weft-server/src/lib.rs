@@ -7,10 +7,13 @@ pub mod audit;
 pub mod auth;
 pub mod client_tools;
 pub mod codec;
+pub mod collections;
 pub mod commands;
 pub mod config;
 pub mod connection;
+pub mod embeddings;
 pub mod history;
+pub mod knowledge;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
@@ -62,6 +65,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/assets/{id}", get(assets::serve))
         .route("/modes", get(rest::modes))
+        .route(
+            "/collections",
+            get(collections::list).post(collections::create),
+        )
+        .route(
+            "/collections/{name}",
+            axum::routing::delete(collections::delete),
+        )
+        .route(
+            "/collections/{name}/documents",
+            get(collections::documents).post(collections::add_document),
+        )
         .route("/node-types", get(workflows::node_types))
         .route("/workflows", get(workflows::list).post(workflows::create))
         .route(

@@ -26,6 +26,7 @@ use crate::record::{TurnLog, FLUSH_EVERY};
 use crate::state::AppState;
 use crate::threads::ThreadRuntime;
 use weft_core::TokenCounter;
+use weft_tools::knowledge::KnowledgeBase;
 
 /// Validate and start a chat turn; it then runs on its own task. Only reads happen before
 /// `turn_started` goes out; the thread (when new) and the user message are written by the
@@ -166,11 +167,37 @@ pub async fn start_turn_with(
             toolbelt = toolbelt.with(tool);
         }
     }
+    // Long-term memory for this message: the tools, and what it recalls of the message.
+    let memory = data.memory_enabled == Some(true);
+    if memory {
+        let knowledge: Arc<dyn KnowledgeBase> = state.knowledge.clone();
+        for tool in weft_tools::knowledge::memory_tools(&knowledge) {
+            toolbelt = toolbelt.with(tool);
+        }
+    }
     let can_delegate = agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
     let mut system_prompt = mode.system_prompt(&toolbelt, permission_mode, can_delegate);
     if !agent.instructions.trim().is_empty() {
         system_prompt.push_str("\n\n");
         system_prompt.push_str(agent.instructions.trim());
+    }
+    if memory {
+        match state
+            .knowledge
+            .recall(&conn.user.id, &text, RECALLED_FACTS)
+            .await
+        {
+            Ok(facts) if !facts.is_empty() => {
+                system_prompt.push_str("\n\n");
+                system_prompt.push_str(prompts::REMEMBERED);
+                for fact in facts {
+                    system_prompt.push_str("\n- ");
+                    system_prompt.push_str(fact.chunk.trim());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot recall memories for a turn"),
+        }
     }
 
     runtime.publish(ServerEvent::TurnStarted {
@@ -546,6 +573,9 @@ fn planner_of(
         instructions: agent.planning_instructions.clone(),
     }))
 }
+
+/// Facts recalled into the system prompt of a turn with memory.
+const RECALLED_FACTS: usize = 3;
 
 /// The session's toolbelt narrowed to the agent's allow-list (names the context lacks, such
 /// as editor-only tools outside the editor, are left out).

@@ -16,12 +16,15 @@ use weft_store::Store;
 use crate::assets::AssetStore;
 use crate::client_tools::PendingClientCalls;
 use crate::config::Config;
+use crate::embeddings::Embedder;
+use crate::knowledge::Knowledge;
 use crate::limits::UserLimits;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::read_artifact::ReadArtifact;
 use crate::threads::{ConnId, ThreadHub};
 use crate::workflows::StoreLibrary;
+use weft_tools::knowledge::KnowledgeBase;
 use weft_workflow::{NodeRegistry, Workflows};
 
 pub struct AppState {
@@ -41,6 +44,8 @@ pub struct AppState {
     /// Every node type workflows can use; none when workflows are disabled.
     pub node_registry: Option<Arc<NodeRegistry>>,
     pub hub: ThreadHub,
+    /// Collections and long-term memory.
+    pub knowledge: Arc<Knowledge>,
     /// Client-run tool calls waiting for the client's answer.
     pub client_calls: Arc<PendingClientCalls>,
     pub limits: UserLimits,
@@ -130,6 +135,14 @@ impl AppState {
         let mut tools = weft_tools::builtin_tools();
         let web = config.web.settings(config.policy.allow_private_network);
         tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
+        let knowledge = Arc::new(Knowledge {
+            store: store.clone(),
+            embedder: Embedder::from_config(&config.embeddings).map_err(StartupError::Config)?,
+            fetcher: weft_tools::web::FetchUrl::new(&web)
+                .map_err(|e| StartupError::Config(e.to_string()))?,
+        });
+        let knowledge_base: Arc<dyn KnowledgeBase> = knowledge.clone();
+        tools.extend(weft_tools::knowledge::collection_tools(&knowledge_base));
         tools.push(Arc::new(ReadArtifact {
             assets: assets.clone(),
         }));
@@ -190,6 +203,7 @@ impl AppState {
             editor_toolbelt,
             hub: ThreadHub::new(config.server.replay_max_bytes),
             client_calls: Arc::default(),
+            knowledge,
             limits: UserLimits::new(&config.limits),
             metrics,
             turns: TaskTracker::new(),

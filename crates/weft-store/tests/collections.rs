@@ -94,14 +94,14 @@ async fn collections(store: &Store) {
         .await
         .unwrap()
         .is_none());
-    for i in 0..PLACES.len() {
+    for (i, place) in PLACES.iter().enumerate() {
         let text = fact(i);
         let chunks = text.split("\n\n").map(|c| (c.to_owned(), None)).collect();
         store
             .add_document(
                 &col.id,
                 NewDocument {
-                    title: PLACES[i],
+                    title: place,
                     source: "",
                     metadata: "{}",
                     chunks,
@@ -118,7 +118,7 @@ async fn collections(store: &Store) {
     for (i, place) in PLACES.iter().enumerate() {
         let query = format!("What does a weaver in {place} eat?");
         let hits = store
-            .search_chunks(&[col.id.clone()], &query, 5)
+            .search_chunks(std::slice::from_ref(&col.id), &query, 5)
             .await
             .unwrap();
         assert!(!hits.is_empty(), "{query}");
@@ -127,12 +127,16 @@ async fn collections(store: &Store) {
         assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
     }
     let by_food = store
-        .search_chunks(&[col.id.clone()], "who eats gooseberries", 3)
+        .search_chunks(std::slice::from_ref(&col.id), "who eats gooseberries", 3)
         .await
         .unwrap();
     assert_eq!(by_food[0].title, "Emberlyn");
     assert!(store
-        .search_chunks(&[col.id.clone()], "\"); DROP TABLE chunks; --", 3)
+        .search_chunks(
+            std::slice::from_ref(&col.id),
+            "\"); DROP TABLE chunks; --",
+            3
+        )
         .await
         .unwrap()
         .is_empty());
@@ -207,7 +211,10 @@ async fn collections(store: &Store) {
         )
         .await
         .unwrap();
-    let vectors = store.chunk_embeddings(&[other.id.clone()]).await.unwrap();
+    let vectors = store
+        .chunk_embeddings(std::slice::from_ref(&other.id))
+        .await
+        .unwrap();
     assert_eq!(vectors.len(), 1);
     assert_eq!(vectors[0].1, "AACAPw==");
     let chunks = store.chunks_by_id(&[vectors[0].0]).await.unwrap();
@@ -221,7 +228,7 @@ async fn collections(store: &Store) {
     assert!(!store.delete_collection("alice", "atlas").await.unwrap());
     assert!(store.documents(&col.id).await.unwrap().is_empty());
     assert!(store
-        .search_chunks(&[col.id.clone()], "weavers Aldoria winter", 5)
+        .search_chunks(std::slice::from_ref(&col.id), "weavers Aldoria winter", 5)
         .await
         .unwrap()
         .is_empty());

@@ -2,6 +2,7 @@
 //! workspace tools enforce the policy's root themselves.
 
 pub mod files;
+pub mod knowledge;
 pub mod memory;
 pub mod todo;
 pub mod web;

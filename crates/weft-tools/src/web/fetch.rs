@@ -32,7 +32,21 @@ impl FetchUrl {
         })
     }
 
+    /// The page as the tool answers it.
     async fn fetch(&self, url: &str) -> Result<String, String> {
+        let page = self.read(url).await?;
+        let mut answer = format!("Source: {}\n\n{}", page.url, page.text.trim());
+        if page.cut {
+            answer.push_str(&format!(
+                "\n\n[the page was longer than {} bytes; the rest was not read]",
+                self.max_bytes
+            ));
+        }
+        Ok(answer)
+    }
+
+    /// One page through the guard, as Markdown or text (also used to ingest documents).
+    pub async fn read(&self, url: &str) -> Result<Page, String> {
         let url = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
         self.policy.check_url(&url)?;
         let response = self
@@ -66,14 +80,11 @@ impl FetchUrl {
                 .map_err(|e| format!("cannot convert the page: {e}"))??,
             Kind::Text => text,
         };
-        let mut answer = format!("Source: {final_url}\n\n{}", body.trim());
-        if cut {
-            answer.push_str(&format!(
-                "\n\n[the page was longer than {} bytes; the rest was not read]",
-                self.max_bytes
-            ));
-        }
-        Ok(answer)
+        Ok(Page {
+            url: final_url,
+            text: body,
+            cut,
+        })
     }
 
     /// The body up to the cap; whether it was cut.
@@ -91,6 +102,16 @@ impl FetchUrl {
         }
         Ok((body, false))
     }
+}
+
+/// A page read by [`FetchUrl::read`].
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// Where it ended up, after redirects.
+    pub url: String,
+    pub text: String,
+    /// Longer than the cap; the rest was not read.
+    pub cut: bool,
 }
 
 enum Kind {
@@ -112,7 +133,9 @@ impl Kind {
     }
 }
 
-fn to_markdown(html: &str) -> Result<String, String> {
+/// HTML as readable Markdown: scripts, styles, navigation and forms dropped, the title as a
+/// heading. CPU-bound: run it off the async workers.
+pub fn to_markdown(html: &str) -> Result<String, String> {
     let title = title_of(html);
     let markdown = htmd::HtmlToMarkdown::builder()
         .skip_tags(SKIPPED_TAGS.to_vec())

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use weft_core::Tool;
 
-pub use fetch::FetchUrl;
+pub use fetch::{to_markdown, FetchUrl, Page};
 pub use guard::{is_public, NetPolicy};
 pub use search::{SearchBackend, SearchSettings, WebSearch};
 
