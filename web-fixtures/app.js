@@ -4,7 +4,7 @@
 
 import { WeftSocket } from "./socket.js";
 import { initWorkflows, onWorkflowFrame, runClientTool, chatContext, MANIFEST } from "./workflows.js";
-import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView } from "./render.js";
+import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView, citationsView } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 const MODES = { plan: "Plan", default: "Default", auto: "Auto" };
@@ -209,8 +209,9 @@ function onFrame(f) {
       // The stored message is the truth: it replaces what streamed (frames missed while
       // disconnected included).
       const cost = state.live && state.live.root.querySelector(":scope > .cost");
+      const sources = state.live && state.live.root.querySelector(":scope > .citations");
       const stored = renderStored(f.message, false);
-      if (state.live) { state.live.root.replaceWith(stored); if (cost) stored.append(cost); }
+      if (state.live) { state.live.root.replaceWith(stored); if (sources) stored.append(sources); if (cost) stored.append(cost); }
       else $("messages").append(stored);
       state.live = { root: stored, text: stored.querySelector(".text"), tools: stored.querySelector(".tools") };
       break;
@@ -242,7 +243,22 @@ function onToolUpdate(f) {
   } else {
     const card = state.cards.get(f.tool_call_id);
     if (card) finishCard(card, { result: f.result, isError: f.is_error, durationMs: f.metadata && f.metadata.execution_time_ms });
+    if (KNOWLEDGE_TOOLS.includes(f.name) && !f.is_error) addCitations(f.result);
   }
+}
+
+const KNOWLEDGE_TOOLS = ["query_collection", "search_collections"];
+
+/// Knowledge hits become the answer's numbered sources (deduplicated by document and text).
+function addCitations(result) {
+  let hits;
+  try { hits = JSON.parse(result).hits; } catch { return; }
+  if (!Array.isArray(hits) || !hits.length) return;
+  state.citations = [...(state.citations || []), ...hits]
+    .filter((h, i, all) => all.findIndex((o) => o.document === h.document && o.chunk === h.chunk) === i);
+  const view = citationsView(state.citations);
+  const shown = state.live.root.querySelector(":scope > .citations");
+  if (shown) shown.replaceWith(view); else state.live.root.append(view);
 }
 
 /// A code run shows its code; other calls their arguments (an object, or stored JSON text).
@@ -255,6 +271,7 @@ function shownArgs(name, args) {
 function finishTurn() {
   setRunning(false);
   state.live = null;
+  state.citations = [];
   state.approvals = [];
   renderApprovals();
   loadThreads();

@@ -69,6 +69,19 @@ export function finishCard(card, { result, isError, durationMs }) {
   slot.replaceChildren(el("div", { class: "label", text: isError ? "error" : "result" }), el("pre", { class: "result", text: pretty(result) }));
 }
 
+/// Sources an answer drew on (knowledge hits), numbered for citing.
+export function citationsView(hits) {
+  const items = hits.map((h, i) => el("li", { "data-document": h.document },
+    el("b", { text: h.title || h.document }),
+    h.collection ? el("span", { class: "collection", text: ` · ${h.collection}` }) : null,
+    typeof h.score === "number" ? el("span", { class: "score", text: ` · ${h.score.toFixed(3)}` }) : null,
+    el("blockquote", { text: h.chunk.length > 280 ? `${h.chunk.slice(0, 280)}…` : h.chunk })));
+  const view = el("details", { class: "citations" },
+    el("summary", { text: `Sources (${hits.length})` }), el("ol", {}, ...items));
+  view.open = true;
+  return view;
+}
+
 export function notice(kind, text) {
   return el("div", { class: `notice ${kind}`, text });
 }

@@ -31,6 +31,9 @@ fn script() -> Value {
             {"tool_calls": [{"name": "build_workflow", "arguments": {"objective": "greet"}}]},
             {"tool_calls": [{"name": "ui_paste_graph", "arguments": {"graph": greeter}}]},
             {"text": "Built it.", "repeat": true}]},
+        {"match": "what do Moonfall weavers eat", "steps": [
+            {"tool_calls": [{"name": "query_collection", "arguments": {"collection": "atlas", "query": "What do the weavers of Moonfall eat?", "k": 2}}]},
+            {"text": "They eat plums [1].", "repeat": true}]},
         {"match": "in code", "steps": [
             {"text": "```js\nawait tools.memory_write({key: 'k', value: 'v'});\nconst keys = await tools.memory_list({});\noutput(`keys: ${keys.join(', ')}`);\ndone();\n```"}]},
         {"match": "Plan this request", "steps": [{"text": "1. wake up\n2. work", "repeat": true}]},
@@ -565,6 +568,41 @@ async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_i
         .await;
     assert!(answer.as_str().unwrap().contains("greeting"), "{answer}");
     b.shot("workflow-run").await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_answer_from_a_collection_shows_its_sources() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let (status, _) = server
+        .call(reqwest::Method::POST, "/collections", None, Some(json!({"name": "atlas"})))
+        .await;
+    assert_eq!(status, 201);
+    for (place, food) in [("Moonfall", "plums"), ("Ironvale", "herring"), ("Larkspur", "figs")] {
+        let text = format!("Weaving towns keep records.\n\nThe weavers of {place} eat {food} in winter.");
+        let (status, _) = server
+            .call(
+                reqwest::Method::POST,
+                "/collections/atlas/documents",
+                None,
+                Some(json!({"title": place, "text": text})),
+            )
+            .await;
+        assert_eq!(status, 201);
+    }
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.say("what do Moonfall weavers eat?").await;
+    b.wait(&format!("{ANSWER} === 'They eat plums [1].'")).await;
+    let first = "document.querySelector('.message.assistant:last-of-type .citations li b')?.textContent";
+    assert_eq!(b.wait(first).await, json!("Moonfall"));
+    let quote = b
+        .js("document.querySelector('.message.assistant:last-of-type .citations li blockquote').textContent")
+        .await;
+    assert!(quote.as_str().unwrap().contains("plums"), "{quote}");
+    b.shot("citations").await;
     b.close().await;
     server.stop().await;
 }
