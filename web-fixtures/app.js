@@ -130,6 +130,7 @@ function renderStored(m, append = true) {
     const depth = parent ? Number(parent.dataset.depth) + 1 : 0;
     const card = toolCard({ id: node.id, name: node.name, title: node.title, args: shownArgs(node.name, node.args_preview), depth });
     finishCard(card, { result: node.result_preview, isError: node.is_error, durationMs: node.duration_ms });
+    if (!node.is_error) showImage(card, node.result_preview);
     state.cards.set(node.id, card);
     (parent ? parent.querySelector(":scope > .body > .children") : view.tools).append(card);
   }
@@ -244,10 +245,21 @@ function onToolUpdate(f) {
     const card = state.cards.get(f.tool_call_id);
     if (card) finishCard(card, { result: f.result, isError: f.is_error, durationMs: f.metadata && f.metadata.execution_time_ms });
     if (KNOWLEDGE_TOOLS.includes(f.name) && !f.is_error) addCitations(f.result);
+    if (card && !f.is_error) showImage(card, f.result);
   }
 }
 
 const KNOWLEDGE_TOOLS = ["query_collection", "search_collections"];
+
+/// A result that is an image (a browser screenshot) is shown in its card.
+function showImage(card, result) {
+  let value;
+  try { value = JSON.parse(result); } catch { return; }
+  if (!value || typeof value.url !== "string" || !String(value.mime_type || "").startsWith("image/")) return;
+  const key = new URLSearchParams(location.search).get("api_key") || localStorage.getItem("weft_api_key");
+  const src = value.url.startsWith("/assets/") && key ? `${value.url}?api_key=${encodeURIComponent(key)}` : value.url;
+  card.querySelector(":scope > .body").append(el("img", { class: "result-image", src, alt: "screenshot" }));
+}
 
 /// Knowledge hits become the answer's numbered sources (deduplicated by document and text).
 function addCitations(result) {

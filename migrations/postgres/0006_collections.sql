@@ -1,5 +1,5 @@
 -- Knowledge collections: documents split into chunks, searched with full text (tsvector + GIN,
--- ranked by ts_rank_cd) and, when an embeddings endpoint is configured, by vectors kept in
+-- ranked by ts_rank) and, when an embeddings endpoint is configured, by vectors kept in
 -- the row (little-endian f32, base64) and compared in process.
 CREATE TABLE collections (
     id          TEXT PRIMARY KEY,

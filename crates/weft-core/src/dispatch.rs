@@ -554,6 +554,7 @@ async fn run_tool(
         cancel: turn.cancel.clone(),
         events: turn.events.clone(),
         memory: turn.memory.clone(),
+        scope: turn.scope.clone(),
         emit_progress: turn.config.emit_mcp_progress && !level.quiet,
         nested: Some(Nested::new(
             turn,

@@ -32,6 +32,7 @@ mod planner;
 mod repetition;
 mod run_loop;
 mod sample;
+mod scope;
 mod subtask;
 pub mod tree;
 
@@ -51,6 +52,7 @@ pub use provider::{
     ProviderStream, ToolSpec, Usage,
 };
 pub use record::{new_call_id, Call, NoRecord, Place, RecordedResult, Recorder};
+pub use scope::TurnScope;
 pub use tokens::{bytes_bound, TokenCounter};
 pub use tool::{Tool, ToolContext, ToolError};
 pub use toolbelt::{

@@ -11,6 +11,7 @@ use weft_protocol::{Amount, PolicyClass, ServerEvent, ToolCategory};
 use crate::calls::Nested;
 use crate::events::EventSink;
 use crate::memory::AgentMemory;
+use crate::scope::TurnScope;
 
 /// Everything a tool call may use: who it runs for, where, how to stop, where to report,
 /// shared memory.
@@ -34,6 +35,8 @@ pub struct ToolContext {
     /// For a tool that runs others (a workflow): calls nested under this one, through the
     /// same gate, budget and record. `None` outside a turn.
     pub nested: Option<Nested>,
+    /// The turn this call belongs to: per-turn state and closers run at its end.
+    pub scope: TurnScope,
 }
 
 impl ToolContext {

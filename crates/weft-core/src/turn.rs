@@ -22,6 +22,7 @@ use crate::provider::Provider;
 use crate::record::Recorder;
 use crate::run_loop::{run_level, Level, LevelEnd};
 use crate::sample::Llm;
+use crate::scope::TurnScope;
 use crate::toolbelt::Toolbelt;
 use crate::tree::ToolCallRecord;
 
@@ -117,6 +118,8 @@ pub(crate) struct Turn {
     pub rate_card: Arc<RateCard>,
     pub events: EventSink,
     pub memory: AgentMemory,
+    /// Per-turn resources tools open, released when the turn is dropped.
+    pub scope: TurnScope,
     pub user_id: Arc<str>,
     pub workspace_root: Option<Arc<Path>>,
     pub recorder: Arc<dyn Recorder>,
@@ -140,6 +143,7 @@ impl Turn {
             rate_card: spec.rate_card.clone(),
             events: spec.events.clone(),
             memory: spec.memory.clone(),
+            scope: TurnScope::new(),
             user_id: spec.user_id.clone(),
             workspace_root: spec.workspace_root.clone(),
             recorder: spec.recorder.clone(),

@@ -144,3 +144,20 @@ pub async fn serve(
     )
         .into_response())
 }
+
+/// The asset store as the tools' sink for generated files (screenshots, media).
+#[async_trait::async_trait]
+impl weft_tools::web::AssetSink for AssetStore {
+    async fn put(
+        &self,
+        owner: &str,
+        kind: &str,
+        media_type: &str,
+        bytes: Vec<u8>,
+    ) -> Result<String, String> {
+        AssetStore::put(self, owner, kind, media_type, None, bytes)
+            .await
+            .map(|row| row.id)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -237,6 +237,8 @@ pub struct WebConfig {
     pub fetch_timeout_ms: u64,
     /// Host names `fetch_url` may reach whatever they resolve to (an intranet wiki).
     pub allowed_hosts: Vec<String>,
+    /// Chromium for the `browser` tool; the tool is left out when it is not there.
+    pub browser_executable: PathBuf,
 }
 
 impl Default for WebConfig {
@@ -250,6 +252,7 @@ impl Default for WebConfig {
             fetch_max_bytes: 2 * 1024 * 1024,
             fetch_timeout_ms: 15_000,
             allowed_hosts: Vec::new(),
+            browser_executable: PathBuf::from("/usr/bin/chromium"),
         }
     }
 }

@@ -135,6 +135,18 @@ impl AppState {
         let mut tools = weft_tools::builtin_tools();
         let web = config.web.settings(config.policy.allow_private_network);
         tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
+        let sink: Arc<dyn weft_tools::web::AssetSink> = assets.clone();
+        match weft_tools::web::BrowserTool::new(
+            config.web.browser_executable.clone(),
+            web.net.clone(),
+            Some(sink),
+        ) {
+            Some(browser) => tools.push(Arc::new(browser)),
+            None => tracing::info!(
+                path = %config.web.browser_executable.display(),
+                "no Chromium there: the browser tool is left out ([web] browser_executable)"
+            ),
+        }
         let knowledge = Arc::new(Knowledge {
             store: store.clone(),
             embedder: Embedder::from_config(&config.embeddings).map_err(StartupError::Config)?,

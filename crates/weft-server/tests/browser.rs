@@ -577,11 +577,21 @@ async fn an_answer_from_a_collection_shows_its_sources() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let (status, _) = server
-        .call(reqwest::Method::POST, "/collections", None, Some(json!({"name": "atlas"})))
+        .call(
+            reqwest::Method::POST,
+            "/collections",
+            None,
+            Some(json!({"name": "atlas"})),
+        )
         .await;
     assert_eq!(status, 201);
-    for (place, food) in [("Moonfall", "plums"), ("Ironvale", "herring"), ("Larkspur", "figs")] {
-        let text = format!("Weaving towns keep records.\n\nThe weavers of {place} eat {food} in winter.");
+    for (place, food) in [
+        ("Moonfall", "plums"),
+        ("Ironvale", "herring"),
+        ("Larkspur", "figs"),
+    ] {
+        let text =
+            format!("Weaving towns keep records.\n\nThe weavers of {place} eat {food} in winter.");
         let (status, _) = server
             .call(
                 reqwest::Method::POST,
@@ -596,13 +606,43 @@ async fn an_answer_from_a_collection_shows_its_sources() {
     b.open(&server).await;
     b.say("what do Moonfall weavers eat?").await;
     b.wait(&format!("{ANSWER} === 'They eat plums [1].'")).await;
-    let first = "document.querySelector('.message.assistant:last-of-type .citations li b')?.textContent";
+    let first =
+        "document.querySelector('.message.assistant:last-of-type .citations li b')?.textContent";
     assert_eq!(b.wait(first).await, json!("Moonfall"));
     let quote = b
         .js("document.querySelector('.message.assistant:last-of-type .citations li blockquote').textContent")
         .await;
     assert!(quote.as_str().unwrap().contains("plums"), "{quote}");
     b.shot("citations").await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_browser_screenshot_shows_in_its_card() {
+    let _one = ONE_BROWSER.lock().await;
+    let site = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path("/page"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_raw(
+            "<html><body style='background:#cde'><h1>Local page</h1></body></html>",
+            "text/html",
+        ))
+        .mount(&site)
+        .await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "browser", "arguments": {"action": "open", "url": format!("{}/page", site.uri())}}]},
+        {"tool_calls": [{"name": "browser", "arguments": {"action": "screenshot"}}]},
+        {"text": "Here it is.", "repeat": true}]}]});
+    let server = TestServer::start_with(script, |c| c.policy.allow_private_network = true).await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.pick_mode("auto").await;
+    b.say("show me the page").await;
+    b.wait(&format!("{ANSWER} === 'Here it is.'")).await;
+    let loaded = "(() => { const i = document.querySelector('.tool-card .result-image'); return i && i.complete && i.naturalWidth; })()";
+    let width = b.wait(loaded).await;
+    assert!(width.as_u64().unwrap() > 100, "{width}");
+    b.shot("browser-screenshot").await;
     b.close().await;
     server.stop().await;
 }

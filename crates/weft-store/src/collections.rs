@@ -1,5 +1,5 @@
 //! Knowledge collections: collections (an owner's, or shared), documents and their chunks, and
-//! full-text search over chunks — PostgreSQL `tsvector` ranked by `ts_rank_cd`, SQLite FTS5
+//! full-text search over chunks — PostgreSQL `tsvector` ranked by `ts_rank`, SQLite FTS5
 //! ranked by `bm25` — with any of the query's words matching. Embeddings, when there are any,
 //! are kept as text in the chunk's row; comparing them is the caller's business.
 
@@ -267,7 +267,7 @@ impl Store {
         let sql = match self.backend {
             Backend::Postgres => format!(
                 "SELECT c.seq, c.collection_id, c.document_id, d.title, c.text, \
-                 ts_rank_cd(c.tsv, q)::float8 AS score \
+                 ts_rank(c.tsv, q)::float8 AS score \
                  FROM chunks c JOIN documents d ON d.id = c.document_id, \
                  to_tsquery('english', $1) q \
                  WHERE c.tsv @@ q AND c.collection_id IN ({ids}) \

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use weft_core::{AgentMemory, EventSink, Tool, ToolContext, ToolError};
+use weft_core::{AgentMemory, EventSink, Tool, ToolContext, ToolError, TurnScope};
 use weft_tools::files::{ReadFile, WriteFile};
 use weft_tools::memory::{MemoryList, MemoryRead, MemoryWrite};
 use weft_tools::todo::TodoWrite;
@@ -24,6 +24,7 @@ fn ctx(root: Option<&Path>) -> ToolContext {
         memory: AgentMemory::new(),
         emit_progress: false,
         nested: None,
+        scope: TurnScope::new(),
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use weft_core::{AgentMemory, EventSink, Tool, ToolContext};
+use weft_core::{AgentMemory, EventSink, Tool, ToolContext, TurnScope};
 use weft_tools::web::{
     is_public, FetchUrl, NetPolicy, SearchBackend, SearchSettings, WebSearch, WebSettings,
 };
@@ -29,6 +29,7 @@ fn ctx() -> ToolContext {
         memory: AgentMemory::new(),
         emit_progress: false,
         nested: None,
+        scope: TurnScope::new(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! documents × 10 chunks of ~60 words from a 5000-word vocabulary), then 500 queries of 4
 //! words, each the collection lookup and the ranked full-text search for the top 5, on
 //! SQLite (a file) and PostgreSQL (a fresh database). Prints p50 / p99 / max per database.
+#![allow(clippy::expect_used)]
 
 use std::time::Instant;
 
@@ -32,7 +33,10 @@ struct Words(u64);
 
 impl Words {
     fn next(&mut self) -> String {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         // Skewed towards common words, like text.
         let r = (self.0 >> 33) % VOCABULARY;
         let skewed = r * r / VOCABULARY;

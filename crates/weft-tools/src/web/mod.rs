@@ -1,5 +1,7 @@
-//! Web tools: `web_search` (a configured backend) and `fetch_url` (behind the SSRF guard).
+//! Web tools: `web_search` (a configured backend), and `fetch_url` and `browser` (behind the
+//! SSRF guard).
 
+pub mod browser;
 pub mod fetch;
 pub mod guard;
 pub mod search;
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use weft_core::Tool;
 
+pub use browser::{AssetSink, BrowserTool};
 pub use fetch::{to_markdown, FetchUrl, Page};
 pub use guard::{is_public, NetPolicy};
 pub use search::{SearchBackend, SearchSettings, WebSearch};
