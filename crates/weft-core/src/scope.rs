@@ -57,3 +57,31 @@ impl std::fmt::Debug for TurnScope {
         f.debug_tuple("TurnScope").field(&self.0.id).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::TurnScope;
+
+    #[test]
+    fn closers_run_once_when_the_last_handle_goes() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let scope = TurnScope::new();
+        let other = TurnScope::new();
+        assert_ne!(scope.id(), other.id());
+        let clone = scope.clone();
+        assert_eq!(clone.id(), scope.id());
+        for _ in 0..2 {
+            let ran = ran.clone();
+            clone.on_end(move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        drop(scope);
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a handle is still alive");
+        drop(clone);
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+    }
+}
