@@ -123,6 +123,12 @@ function renderStored(m, append = true) {
   if (m.role === "user") { const u = userMessage(text); if (append) $("messages").append(u); return u; }
   const view = assistantMessage();
   view.text.textContent = text;
+  // Generated media (route 2) after the text.
+  for (const part of Array.isArray(m.content) ? m.content : []) {
+    const media = part.type === "image_url" ? mediaView(part.image_url, "image/")
+      : part.type === "audio_url" ? mediaView(part.audio_url, "audio/") : null;
+    if (media) view.root.append(media);
+  }
   view.root.dataset.id = m.id;
   if (m.metadata && m.metadata.plan) view.root.prepend(planView("done", m.metadata.plan, false));
   for (const node of (m.execution_tree && m.execution_tree.nodes) || []) {
@@ -251,14 +257,25 @@ function onToolUpdate(f) {
 
 const KNOWLEDGE_TOOLS = ["query_collection", "search_collections"];
 
-/// A result that is an image (a browser screenshot) is shown in its card.
+/// An asset URL the page can load (with the key, when there is one).
+function assetSrc(url) {
+  const key = new URLSearchParams(location.search).get("api_key") || localStorage.getItem("weft_api_key");
+  return url.startsWith("/assets/") && key ? `${url}?api_key=${encodeURIComponent(key)}` : url;
+}
+
+/// An image (a screenshot, a generated image) or audio a tool produced, shown in its card.
+function mediaView(url, mimeType) {
+  if (mimeType.startsWith("image/")) return el("img", { class: "result-image", src: assetSrc(url), alt: "generated image" });
+  if (mimeType.startsWith("audio/")) return el("audio", { class: "result-audio", src: assetSrc(url), controls: "" });
+  return null;
+}
+
 function showImage(card, result) {
   let value;
   try { value = JSON.parse(result); } catch { return; }
-  if (!value || typeof value.url !== "string" || !String(value.mime_type || "").startsWith("image/")) return;
-  const key = new URLSearchParams(location.search).get("api_key") || localStorage.getItem("weft_api_key");
-  const src = value.url.startsWith("/assets/") && key ? `${value.url}?api_key=${encodeURIComponent(key)}` : value.url;
-  card.querySelector(":scope > .body").append(el("img", { class: "result-image", src, alt: "screenshot" }));
+  if (!value || typeof value.url !== "string") return;
+  const view = mediaView(value.url, String(value.mime_type || ""));
+  if (view) card.querySelector(":scope > .body").append(view);
 }
 
 /// Knowledge hits become the answer's numbered sources (deduplicated by document and text).

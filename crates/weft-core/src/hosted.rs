@@ -27,6 +27,8 @@ pub struct HostedTurn {
     root: Level,
     /// Everything said to the user, in order: the turn's answer.
     text: Mutex<String>,
+    /// Media the answer carries after its text.
+    attachments: Mutex<Vec<weft_protocol::ContentPart>>,
 }
 
 /// Why a model call gave no answer.
@@ -62,6 +64,7 @@ impl HostedTurn {
             turn,
             root,
             text: Mutex::new(String::new()),
+            attachments: Mutex::new(Vec::new()),
         }
     }
 
@@ -263,7 +266,14 @@ impl HostedTurn {
             None => TurnEnd::Completed,
         };
         let text = std::mem::take(&mut *self.text.lock());
-        finish(&self.turn, end, text, history)
+        let mut outcome = finish(&self.turn, end, text, history);
+        outcome.attachments = std::mem::take(&mut *self.attachments.lock());
+        outcome
+    }
+
+    /// Add media (an image, audio) to the answer, after its text.
+    pub fn attach(&self, part: weft_protocol::ContentPart) {
+        self.attachments.lock().push(part);
     }
 }
 

@@ -105,6 +105,8 @@ pub struct TurnOutcome {
     pub history: Vec<ChatMessage>,
     /// The planner's plan, when the agent plans first.
     pub plan: Option<String>,
+    /// Media the answer carries after its text (generated images and audio).
+    pub attachments: Vec<weft_protocol::ContentPart>,
 }
 
 /// Runtime state shared by every depth of one turn.
@@ -276,5 +278,6 @@ pub(crate) fn finish(
         model_calls: std::mem::take(&mut *turn.model_calls.lock()),
         history,
         plan: None,
+        attachments: Vec::new(),
     }
 }

@@ -111,7 +111,7 @@ impl MessageContent {
                 .iter()
                 .filter_map(|p| match p {
                     ContentPart::Text { text } => Some(text.as_str()),
-                    ContentPart::ImageUrl { .. } => None,
+                    ContentPart::ImageUrl { .. } | ContentPart::AudioUrl { .. } => None,
                 })
                 .collect::<Vec<_>>()
                 .join("\n"),
@@ -122,6 +122,14 @@ impl MessageContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
-    Text { text: String },
-    ImageUrl { image_url: String },
+    Text {
+        text: String,
+    },
+    ImageUrl {
+        image_url: String,
+    },
+    /// Generated audio (route 2, `text_to_speech`); never sent to a model.
+    AudioUrl {
+        audio_url: String,
+    },
 }

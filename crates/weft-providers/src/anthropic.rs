@@ -64,6 +64,9 @@ fn user_blocks(content: &MessageContent) -> Vec<Value> {
             .map(|p| match p {
                 ContentPart::Text { text } => json!({"type": "text", "text": text}),
                 ContentPart::ImageUrl { image_url } => image_block(image_url),
+                ContentPart::AudioUrl { audio_url } => {
+                    json!({"type": "text", "text": format!("[audio: {audio_url}]")})
+                }
             })
             .collect(),
     }

@@ -119,6 +119,8 @@ fn user_content(content: &MessageContent) -> Value {
                 ContentPart::Text { text } => json!({"type": "text", "text": text}),
                 ContentPart::ImageUrl { image_url } =>
                     json!({"type": "image_url", "image_url": {"url": image_url}}),
+                ContentPart::AudioUrl { audio_url } =>
+                    json!({"type": "text", "text": format!("[audio: {audio_url}]")}),
             })
             .collect::<Vec<_>>()),
     }

@@ -130,19 +130,48 @@ pub async fn serve(
         Err(e) => return Err(crate::rest::internal(e)),
     };
     let size = u64::try_from(asset.size).unwrap_or(0);
+    // One range (`bytes=a-b`, `a-`, `-n`) answers 206 with that slice; audio and video players
+    // seek this way. A range outside the asset answers 416.
+    let wanted = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| http_range_header::parse_range_header(v).and_then(|r| r.validate(size)));
+    let (status, range) = match wanted {
+        None => (StatusCode::OK, 0..size),
+        Some(Ok(ranges)) => match ranges.first() {
+            Some(r) if ranges.len() == 1 => (StatusCode::PARTIAL_CONTENT, *r.start()..*r.end() + 1),
+            _ => (StatusCode::OK, 0..size),
+        },
+        Some(Err(_)) => {
+            return Ok((
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                [(header::CONTENT_RANGE, format!("bytes */{size}"))],
+            )
+                .into_response())
+        }
+    };
     let bytes = state
         .assets
-        .read(&asset, 0..size)
+        .read(&asset, range.clone())
         .await
         .map_err(crate::rest::internal)?;
-    Ok((
+    let mut response = (
+        status,
         [
             (header::CONTENT_TYPE, asset.media_type.clone()),
             (header::CACHE_CONTROL, "private, max-age=3600".to_owned()),
+            (header::ACCEPT_RANGES, "bytes".to_owned()),
         ],
         bytes,
     )
-        .into_response())
+        .into_response();
+    if status == StatusCode::PARTIAL_CONTENT {
+        let value = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+        if let Ok(value) = header::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(header::CONTENT_RANGE, value);
+        }
+    }
+    Ok(response)
 }
 
 /// The asset store as the tools' sink for generated files (screenshots, media).

@@ -107,10 +107,7 @@ impl Connection {
                 }
                 match route(&data) {
                     Route::Workflow => crate::workflow_run::start(self, data).await,
-                    Route::Media => Err((
-                        ErrorCode::UnsupportedRoute,
-                        "media generation is not available on this server yet".into(),
-                    )),
+                    Route::Media => crate::media_route::start(self, data).await,
                     Route::Chat => runner::start_turn(self, data).await,
                 }
             }

@@ -30,6 +30,8 @@ pub struct Config {
     pub web: WebConfig,
     /// An embeddings endpoint for hybrid collection search (absent: full text only).
     pub embeddings: crate::embeddings::EmbeddingsConfig,
+    /// Image and speech generation.
+    pub media: crate::media::MediaConfig,
 }
 
 /// How workflow runs are bounded (beyond the turn's budget they run under).

@@ -16,6 +16,8 @@ pub mod history;
 pub mod knowledge;
 pub mod limits;
 pub mod listener;
+pub mod media;
+pub mod media_route;
 pub mod metrics;
 pub mod outbox;
 pub mod persist;

@@ -62,9 +62,22 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
     if let Some(plan) = &outcome.plan {
         metadata["plan"] = json!(plan);
     }
+    // Text alone, or (with generated media) the text then the media as parts.
+    let content = if outcome.attachments.is_empty() {
+        MessageContent::Text(outcome.text.clone())
+    } else {
+        let mut parts = Vec::with_capacity(outcome.attachments.len() + 1);
+        if !outcome.text.is_empty() {
+            parts.push(weft_protocol::ContentPart::Text {
+                text: outcome.text.clone(),
+            });
+        }
+        parts.extend(outcome.attachments.iter().cloned());
+        MessageContent::Parts(parts)
+    };
     let message = NewMessage {
         metadata: Some(metadata.to_string()),
-        content: json!(outcome.text),
+        content: serde_json::to_value(&content).unwrap_or_else(|_| json!(outcome.text)),
         execution_tree: Some(tree.clone()),
         status: end_status(&outcome.end).to_owned(),
         input_tokens: outcome.totals.input_tokens as i64,
@@ -75,7 +88,7 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
     let wire = StoredMessage {
         id: message.id.clone(),
         role: message.role.clone(),
-        content: MessageContent::Text(outcome.text.clone()),
+        content,
         permission_mode: Some(record.permission_mode),
         execution_tree: Some(tree),
         input_tokens: Some(outcome.totals.input_tokens),

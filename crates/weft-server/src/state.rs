@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::embeddings::Embedder;
 use crate::knowledge::Knowledge;
 use crate::limits::UserLimits;
+use crate::media::Media;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::read_artifact::ReadArtifact;
@@ -44,6 +45,8 @@ pub struct AppState {
     /// Every node type workflows can use; none when workflows are disabled.
     pub node_registry: Option<Arc<NodeRegistry>>,
     pub hub: ThreadHub,
+    /// Image and speech generators (the media tools and route 2).
+    pub media: Arc<Media>,
     /// Collections and long-term memory.
     pub knowledge: Arc<Knowledge>,
     /// Client-run tool calls waiting for the client's answer.
@@ -136,6 +139,8 @@ impl AppState {
         let web = config.web.settings(config.policy.allow_private_network);
         tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
         let sink: Arc<dyn weft_tools::web::AssetSink> = assets.clone();
+        let media = Arc::new(Media::from_config(&config.media).map_err(StartupError::Config)?);
+        tools.extend(media.tools(&sink));
         match weft_tools::web::BrowserTool::new(
             config.web.browser_executable.clone(),
             web.net.clone(),
@@ -216,6 +221,7 @@ impl AppState {
             hub: ThreadHub::new(config.server.replay_max_bytes),
             client_calls: Arc::default(),
             knowledge,
+            media,
             limits: UserLimits::new(&config.limits),
             metrics,
             turns: TaskTracker::new(),

@@ -646,3 +646,24 @@ async fn a_browser_screenshot_shows_in_its_card() {
     b.close().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn spoken_audio_plays_in_its_card() {
+    let _one = ONE_BROWSER.lock().await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "text_to_speech", "arguments": {"text": "Hello from Weft"}}]},
+        {"text": "Listen.", "repeat": true}]}]});
+    // Offline speech with espeak-ng (scripts/test.sh installs it).
+    let server = TestServer::start(script).await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.pick_mode("auto").await;
+    b.say("read it to me").await;
+    b.wait(&format!("{ANSWER} === 'Listen.'")).await;
+    let duration = "(() => { const a = document.querySelector('.tool-card .result-audio'); return a && a.readyState >= 1 && a.duration; })()";
+    let seconds = b.wait(duration).await;
+    assert!(seconds.as_f64().unwrap() > 0.3, "{seconds}");
+    b.shot("speech").await;
+    b.close().await;
+    server.stop().await;
+}

@@ -3,6 +3,7 @@
 
 pub mod files;
 pub mod knowledge;
+pub mod media;
 pub mod memory;
 pub mod todo;
 pub mod web;

@@ -1,0 +1,301 @@
+//! Media over a real socket: `generate_image` against a mock Images API (asking first in
+//! Default mode, retried after a 500), speech from a mock speech API and from the real
+//! `espeak-ng`, route 2 answering with `image_url` / `audio_url` parts kept in the thread,
+//! assets served with ranges, and every bad media request with its clear error.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use support::{of_type, TestServer};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-not-a-real-image";
+
+fn script() -> Value {
+    json!({"conversations": [
+        {"match": "draw a loom", "steps": [
+            {"tool_calls": [{"id": "g", "name": "generate_image", "arguments": {"prompt": "a loom at dawn", "size": "512x512"}}]},
+            {"text": "drawn", "repeat": true}]},
+        {"match": "say hello", "steps": [
+            {"tool_calls": [{"id": "s", "name": "text_to_speech", "arguments": {"text": "Hello from Weft"}}]},
+            {"text": "said", "repeat": true}]},
+        {"match": "*", "steps": [{"text": "ok", "repeat": true}]}
+    ]})
+}
+
+async fn images_api() -> MockServer {
+    let server = MockServer::start().await;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(PNG);
+    // The first call fails like a busy provider; the retry succeeds.
+    Mock::given(method("POST"))
+        .and(path("/v1/images/generations"))
+        .respond_with(ResponseTemplate::new(500))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/images/generations"))
+        .and(header("Authorization", "Bearer img-key"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"data": [{"b64_json": b64}]})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/audio/speech"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw(b"ID3fake-mp3".to_vec(), "audio/mpeg"),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn media_server(api: &MockServer, speech_api: bool) -> TestServer {
+    let url = format!("{}/v1", api.uri());
+    TestServer::start_with(script(), move |c| {
+        c.media.image_url = Some(url.clone());
+        c.media.image_api_key = Some("img-key".into());
+        c.media.max_retries = 2;
+        if speech_api {
+            c.media.speech_url = Some(url);
+        }
+    })
+    .await
+}
+
+async fn asset(
+    server: &TestServer,
+    url: &str,
+    range: Option<&str>,
+) -> (u16, String, Vec<u8>, Option<String>) {
+    let mut request = reqwest::Client::new().get(server.url(url));
+    if let Some(range) = range {
+        request = request.header("Range", range);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let content_range = response
+        .headers()
+        .get("content-range")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        status,
+        kind,
+        response.bytes().await.unwrap().to_vec(),
+        content_range,
+    )
+}
+
+#[tokio::test]
+async fn generate_image_asks_first_retries_a_500_and_keeps_the_image() {
+    let api = images_api().await;
+    let server = media_server(&api, false).await;
+    let mut c = server.client().await;
+    c.chat(None, "draw a loom", json!({})).await;
+    let ask = c
+        .recv_until(|f| f["type"] == "tool_approval_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(ask["name"], "generate_image");
+    c.send(json!({"type": "tool_approval_response", "tool_call_id": ask["tool_call_id"], "decision": "allow"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "error").is_empty(), "{frames:?}");
+    let result: Value = serde_json::from_str(
+        &server
+            .provider
+            .requests()
+            .pop()
+            .unwrap()
+            .messages
+            .last()
+            .unwrap()
+            .text(),
+    )
+    .unwrap();
+    assert_eq!(result["mime_type"], "image/png");
+    let (status, kind, bytes, _) = asset(&server, result["url"].as_str().unwrap(), None).await;
+    assert_eq!(
+        (status, kind.as_str(), bytes.as_slice()),
+        (200, "image/png", PNG)
+    );
+    let sent: Vec<Value> = api
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(sent.len(), 2, "one 500, one retry");
+    assert_eq!(sent[1]["prompt"], "a loom at dawn");
+    assert_eq!(sent[1]["size"], "512x512");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn route_two_answers_with_media_parts_kept_in_the_thread() {
+    let api = images_api().await;
+    let server = media_server(&api, false).await;
+    let mut c = server.client().await;
+    c.chat(
+        None,
+        "",
+        json!({"media_generation": {"mode": "image", "prompt": "a loom"}}),
+    )
+    .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "error").is_empty(), "{frames:?}");
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["status"], "completed");
+    let image = message["content"][0]["image_url"].as_str().unwrap();
+    assert_eq!(message["content"][0]["type"], "image_url");
+    assert_eq!(asset(&server, image, None).await.1, "image/png");
+    let thread = frames[0]["thread_id"].as_str().unwrap();
+
+    // Speech offline with espeak-ng (scripts/test.sh installs it), in the same thread.
+    c.chat(
+        Some(thread),
+        "",
+        json!({"media_generation": {"mode": "speech", "text": "Hello from Weft"}}),
+    )
+    .await;
+    let frames = c.turn().await;
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["content"][0]["type"], "audio_url", "{message}");
+    let audio = message["content"][0]["audio_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, kind, wav, _) = asset(&server, &audio, None).await;
+    assert_eq!(
+        (status, kind.as_str(), &wav[..4]),
+        (200, "audio/wav", &b"RIFF"[..])
+    );
+    // Players seek with ranges.
+    let (status, _, part, range) = asset(&server, &audio, Some("bytes=0-99")).await;
+    assert_eq!((status, part.len()), (206, 100));
+    assert_eq!(range.unwrap(), format!("bytes 0-99/{}", wav.len()));
+    let (status, _, tail, _) = asset(&server, &audio, Some("bytes=-10")).await;
+    assert_eq!((status, tail.as_slice()), (206, &wav[wav.len() - 10..]));
+    let (status, _, _, range) =
+        asset(&server, &audio, Some(&format!("bytes={}-", wav.len() + 5))).await;
+    assert_eq!(
+        (status, range.unwrap()),
+        (416, format!("bytes */{}", wav.len()))
+    );
+
+    // Both answers are in the thread.
+    let (_, messages) = server
+        .get(&format!("/threads/{thread}/messages"), None)
+        .await;
+    let kinds: Vec<Value> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"][0]["type"].clone())
+        .collect();
+    assert_eq!(kinds, [json!("image_url"), json!("audio_url")]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn speech_through_an_api_is_mp3() {
+    let api = images_api().await;
+    let server = media_server(&api, true).await;
+    let mut c = server.client().await;
+    c.chat(None, "say hello", json!({"permission_mode": "auto"}))
+        .await;
+    c.turn().await;
+    let result: Value = serde_json::from_str(
+        &server
+            .provider
+            .requests()
+            .pop()
+            .unwrap()
+            .messages
+            .last()
+            .unwrap()
+            .text(),
+    )
+    .unwrap();
+    assert_eq!(result["mime_type"], "audio/mpeg");
+    let spoken = api
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.url.path() == "/v1/audio/speech")
+        .unwrap();
+    let body: Value = serde_json::from_slice(&spoken.body).unwrap();
+    assert_eq!(
+        (body["input"].as_str(), body["voice"].as_str()),
+        (Some("Hello from Weft"), Some("alloy"))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_media_requests_get_clear_errors() {
+    let refusing = MockServer::start().await;
+    Mock::given(path("/v1/images/generations"))
+        .respond_with(
+            ResponseTemplate::new(400)
+                .set_body_json(json!({"error": {"message": "content policy"}})),
+        )
+        .mount(&refusing)
+        .await;
+    let server = media_server(&refusing, false).await;
+    let mut c = server.client().await;
+    for (media, code) in [
+        (json!({"mode": "video", "prompt": "x"}), "invalid_field"),
+        (json!({"mode": "image", "prompt": "  "}), "invalid_field"),
+        (
+            json!({"mode": "image", "prompt": "x", "size": "9x9"}),
+            "invalid_field",
+        ),
+    ] {
+        c.chat(None, "", json!({"media_generation": media})).await;
+        let error = c.recv_until(|f| f["type"] == "error").await.pop().unwrap();
+        assert_eq!(error["code"], code, "{media}");
+    }
+    // The provider refuses: the turn ends failed, with an error frame that says why.
+    c.chat(
+        None,
+        "",
+        json!({"media_generation": {"mode": "image", "prompt": "forbidden"}}),
+    )
+    .await;
+    let frames = c.turn().await;
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["status"], "failed");
+    let error = of_type(&frames, "error")[0];
+    assert!(
+        error["message"].as_str().unwrap().contains("HTTP 400"),
+        "{error}"
+    );
+    server.stop().await;
+
+    // No image generator configured: the route says so.
+    let bare = TestServer::start(script()).await;
+    let mut c = bare.client().await;
+    c.chat(
+        None,
+        "",
+        json!({"media_generation": {"mode": "image", "prompt": "x"}}),
+    )
+    .await;
+    let error = c.recv_until(|f| f["type"] == "error").await.pop().unwrap();
+    assert_eq!(error["code"], "unsupported_route");
+    bare.stop().await;
+}

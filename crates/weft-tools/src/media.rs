@@ -1,0 +1,124 @@
+//! `generate_image {prompt, size?}` and `text_to_speech {text, voice?}` (write: they ask in
+//! Default mode): generated files go to the asset store and the answer is
+//! `{"asset_id","url","mime_type"}`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use weft_core::{Tool, ToolContext, ToolError};
+use weft_protocol::{PolicyClass, ToolCategory};
+use weft_providers::media::{Generated, ImageGenerator, SpeechGenerator};
+
+use crate::web::AssetSink;
+
+/// Image sizes the tool accepts.
+pub const IMAGE_SIZES: [&str; 6] = [
+    "256x256",
+    "512x512",
+    "1024x1024",
+    "1024x1536",
+    "1536x1024",
+    "auto",
+];
+
+pub struct GenerateImage {
+    pub images: Arc<ImageGenerator>,
+    pub assets: Arc<dyn AssetSink>,
+}
+
+pub struct TextToSpeech {
+    pub speech: Arc<SpeechGenerator>,
+    pub assets: Arc<dyn AssetSink>,
+}
+
+/// Keep a generated file for `owner`; the tools' (and route 2's) answer.
+pub async fn keep(
+    assets: &dyn AssetSink,
+    owner: &str,
+    kind: &str,
+    generated: Generated,
+) -> Result<Value, String> {
+    let media_type = generated.media_type.clone();
+    let id = assets
+        .put(owner, kind, &media_type, generated.bytes)
+        .await?;
+    Ok(json!({"asset_id": id, "url": format!("/assets/{id}"), "mime_type": media_type}))
+}
+
+fn text<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| ToolError::model(format!("`{key}` is required")))
+}
+
+#[async_trait]
+impl Tool for GenerateImage {
+    fn name(&self) -> &str {
+        "generate_image"
+    }
+    fn description(&self) -> &str {
+        "Generate an image from a description; returns the image's asset URL (the user sees it)."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "prompt": {"type": "string", "description": "What the image shows."},
+            "size": {"type": "string", "enum": IMAGE_SIZES}
+        }, "required": ["prompt"]})
+    }
+    fn policy_class(&self) -> PolicyClass {
+        PolicyClass::Network
+    }
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Write
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let prompt = text(&args, "prompt")?;
+        let size = args.get("size").and_then(Value::as_str);
+        let generated = self
+            .images
+            .generate(prompt, size, &ctx.cancel)
+            .await
+            .map_err(ToolError::model)?;
+        keep(self.assets.as_ref(), &ctx.user_id, "image", generated)
+            .await
+            .map(|v| v.to_string())
+            .map_err(ToolError::model)
+    }
+}
+
+#[async_trait]
+impl Tool for TextToSpeech {
+    fn name(&self) -> &str {
+        "text_to_speech"
+    }
+    fn description(&self) -> &str {
+        "Read text aloud as an audio file; returns the audio's asset URL (the user can play it)."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "text": {"type": "string"},
+            "voice": {"type": "string"}
+        }, "required": ["text"]})
+    }
+    fn policy_class(&self) -> PolicyClass {
+        PolicyClass::Network
+    }
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Write
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let spoken = text(&args, "text")?;
+        let voice = args.get("voice").and_then(Value::as_str);
+        let generated = self
+            .speech
+            .speak(spoken, voice, &ctx.cancel)
+            .await
+            .map_err(ToolError::model)?;
+        keep(self.assets.as_ref(), &ctx.user_id, "audio", generated)
+            .await
+            .map(|v| v.to_string())
+            .map_err(ToolError::model)
+    }
+}
