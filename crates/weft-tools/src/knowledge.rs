@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
+use crate::args::required_text;
+
 /// A collection as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CollectionInfo {
@@ -69,13 +71,6 @@ pub fn memory_tools(knowledge: &Arc<dyn KnowledgeBase>) -> Vec<Arc<dyn Tool>> {
         Arc::new(Remember(knowledge.clone())),
         Arc::new(Recall(knowledge.clone())),
     ]
-}
-
-fn text<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| ToolError::model(format!("`{key}` is required")))
 }
 
 fn k_of(args: &Value) -> usize {
@@ -144,7 +139,7 @@ collection, document, title and score."
         ToolCategory::Read
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let query = text(&args, "query")?;
+        let query = required_text(&args, "query")?;
         let found = self
             .0
             .query(&ctx.user_id, None, query, k_of(&args))
@@ -177,8 +172,8 @@ by document and title."
         ToolCategory::Read
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let collection = text(&args, "collection")?;
-        let query = text(&args, "query")?;
+        let collection = required_text(&args, "collection")?;
+        let query = required_text(&args, "query")?;
         let found = self
             .0
             .query(&ctx.user_id, Some(collection), query, k_of(&args))
@@ -208,7 +203,7 @@ impl Tool for Remember {
         ToolCategory::Write
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let fact = text(&args, "fact")?;
+        let fact = required_text(&args, "fact")?;
         self.0
             .remember(&ctx.user_id, fact)
             .await
@@ -238,7 +233,7 @@ impl Tool for Recall {
         ToolCategory::Read
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let query = text(&args, "query")?;
+        let query = required_text(&args, "query")?;
         let found = self
             .0
             .recall(&ctx.user_id, query, k_of(&args))

@@ -1,6 +1,7 @@
 //! Weft's built-in tools (files, memory, todo list, the web). Each declares its policy class and permission category; the
 //! workspace tools enforce the policy's root themselves.
 
+pub mod args;
 pub mod files;
 pub mod knowledge;
 pub mod media;

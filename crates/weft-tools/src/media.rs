@@ -10,6 +10,7 @@ use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 use weft_providers::media::{Generated, ImageGenerator, SpeechGenerator};
 
+use crate::args::required_text;
 use crate::web::AssetSink;
 
 /// Image sizes the tool accepts.
@@ -46,13 +47,6 @@ pub async fn keep(
     Ok(json!({"asset_id": id, "url": format!("/assets/{id}"), "mime_type": media_type}))
 }
 
-fn text<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| ToolError::model(format!("`{key}` is required")))
-}
-
 #[async_trait]
 impl Tool for GenerateImage {
     fn name(&self) -> &str {
@@ -74,7 +68,7 @@ impl Tool for GenerateImage {
         ToolCategory::Write
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let prompt = text(&args, "prompt")?;
+        let prompt = required_text(&args, "prompt")?;
         let size = args.get("size").and_then(Value::as_str);
         let generated = self
             .images
@@ -109,7 +103,7 @@ impl Tool for TextToSpeech {
         ToolCategory::Write
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let spoken = text(&args, "text")?;
+        let spoken = required_text(&args, "text")?;
         let voice = args.get("voice").and_then(Value::as_str);
         let generated = self
             .speech
