@@ -224,6 +224,19 @@ function onFrame(f) {
       break;
     }
     case "job_update": case "node_update": onWorkflowFrame(f); break;
+    case "mcp_progress": {
+      // A long call (an MCP tool) reports how far it has got: a bar in its card.
+      const card = state.cards.get(f.tool_call_id);
+      if (!card) break;
+      const body = card.querySelector(":scope > .body");
+      let row = body.querySelector(":scope > .progress");
+      if (!row) { row = el("div", { class: "progress" }, el("progress", {}), el("span", { class: "progress-text" })); body.prepend(row); }
+      const bar = row.querySelector("progress");
+      if (f.total) { bar.max = f.total; bar.value = f.progress; } else bar.removeAttribute("value");
+      row.querySelector(".progress-text").textContent = f.message || (f.total ? `${f.progress} / ${f.total}` : String(f.progress));
+      card.querySelector(":scope > summary .badge").textContent = f.total ? `${Math.round((100 * f.progress) / f.total)}%` : "working…";
+      break;
+    }
     case "tool_call": {
       // The agent runs one of this page's `ui_*` tools.
       const answer = runClientTool(f.name, f.args);

@@ -32,6 +32,15 @@ pub struct Config {
     pub embeddings: crate::embeddings::EmbeddingsConfig,
     /// Image and speech generation.
     pub media: crate::media::MediaConfig,
+    /// MCP servers whose tools the agent may use (those `policy.allowed_mcp_servers` names).
+    pub mcp: McpConfig,
+}
+
+/// `[[mcp.servers]]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct McpConfig {
+    pub servers: Vec<weft_tools::mcp::McpServerConfig>,
 }
 
 /// How workflow runs are bounded (beyond the turn's budget they run under).
@@ -297,6 +306,8 @@ pub struct PolicyConfig {
     pub allow_secrets: bool,
     /// Every user works in `workspace_root` itself instead of `workspace_root/<user>`.
     pub shared_workspace: bool,
+    /// The `[[mcp.servers]]` whose tools are offered (an explicit allow-list; none by default).
+    pub allowed_mcp_servers: Vec<String>,
 }
 
 impl Default for PolicyConfig {
@@ -306,6 +317,7 @@ impl Default for PolicyConfig {
             allow_private_network: false,
             allow_secrets: false,
             shared_workspace: false,
+            allowed_mcp_servers: Vec::new(),
         }
     }
 }

@@ -140,6 +140,9 @@ impl AppState {
         tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
         let sink: Arc<dyn weft_tools::web::AssetSink> = assets.clone();
         let media = Arc::new(Media::from_config(&config.media).map_err(StartupError::Config)?);
+        tools.extend(
+            weft_tools::mcp::connect(&config.mcp.servers, &config.policy.allowed_mcp_servers).await,
+        );
         tools.extend(media.tools(&sink));
         match weft_tools::web::BrowserTool::new(
             config.web.browser_executable.clone(),

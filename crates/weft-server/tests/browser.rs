@@ -667,3 +667,39 @@ async fn spoken_audio_plays_in_its_card() {
     b.close().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_mcp_tool_card_shows_live_progress() {
+    let _one = ONE_BROWSER.lock().await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "mcp__fixture__count", "arguments": {"n": 30}}]},
+        {"text": "Counted.", "repeat": true}]}]});
+    let server = TestServer::start_with(script, |c| {
+        c.mcp.servers = vec![weft_tools::mcp::McpServerConfig {
+            name: "fixture".into(),
+            command: Some(env!("CARGO_BIN_EXE_weft-mcp-fixture").into()),
+            args: Vec::new(),
+            env: Default::default(),
+            url: None,
+            category: None,
+            timeout_ms: 30_000,
+        }];
+        c.policy.allowed_mcp_servers = vec!["fixture".into()];
+    })
+    .await;
+    let b = Browser::start().await;
+    b.open(&server).await;
+    b.pick_mode("auto").await;
+    b.say("count for me").await;
+    // While it runs, the card shows the bar moving and the server's message.
+    let moving = "(() => { const p = document.querySelector(\".tool-card[data-name='mcp__fixture__count'] progress\"); return p && p.value > 0 && p.value < 30 && p.value; })()";
+    assert!(b.wait(moving).await.as_f64().unwrap() > 0.0);
+    let text = b
+        .js("document.querySelector('.tool-card .progress-text').textContent")
+        .await;
+    assert!(text.as_str().unwrap().starts_with("step "), "{text}");
+    b.shot("mcp-progress").await;
+    b.wait(&format!("{ANSWER} === 'Counted.'")).await;
+    b.close().await;
+    server.stop().await;
+}

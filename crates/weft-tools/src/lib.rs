@@ -4,6 +4,7 @@
 pub mod args;
 pub mod files;
 pub mod knowledge;
+pub mod mcp;
 pub mod media;
 pub mod memory;
 pub mod todo;

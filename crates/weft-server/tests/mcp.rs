@@ -1,0 +1,190 @@
+//! MCP servers as tools, against the real `weft-mcp-fixture` over stdio: only allowed servers,
+//! `mcp__<server>__<tool>` names, the gate by category (and its override), results and error
+//! results, progress as `mcp_progress` frames, the per-call timeout, and stop.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{of_type, TestServer};
+use weft_protocol::ToolCategory;
+use weft_tools::mcp::McpServerConfig;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_weft-mcp-fixture");
+
+fn server_config(name: &str, category: Option<ToolCategory>, timeout_ms: u64) -> McpServerConfig {
+    McpServerConfig {
+        name: name.into(),
+        command: Some(FIXTURE.into()),
+        args: Vec::new(),
+        env: Default::default(),
+        url: None,
+        category,
+        timeout_ms,
+    }
+}
+
+fn call(id: &str, name: &str, args: Value) -> Value {
+    json!({"tool_calls": [{"id": id, "name": name, "arguments": args}]})
+}
+
+fn script() -> Value {
+    json!({"conversations": [
+        {"match": "echo", "steps": [call("e", "mcp__fixture__echo", json!({"text": "hi"})), {"text": "echoed", "repeat": true}]},
+        {"match": "long", "steps": [call("l", "mcp__fixture__count", json!({"n": 200})), {"text": "done", "repeat": true}]},
+        {"match": "count", "steps": [call("c", "mcp__fixture__count", json!({"n": 3})), {"text": "counted", "repeat": true}]},
+        {"match": "fail", "steps": [call("f", "mcp__fixture__fail", json!({})), {"text": "failed", "repeat": true}]},
+        {"match": "reader", "steps": [call("r", "mcp__reader__echo", json!({"text": "quiet"})), {"text": "read", "repeat": true}]},
+        {"match": "*", "steps": [{"text": "ok", "repeat": true}]}
+    ]})
+}
+
+async fn start(timeout_ms: u64) -> TestServer {
+    TestServer::start_with(script(), move |c| {
+        c.mcp.servers = vec![
+            server_config("fixture", None, timeout_ms),
+            server_config("reader", Some(ToolCategory::Read), timeout_ms),
+            server_config("stranger", None, timeout_ms),
+        ];
+        c.policy.allowed_mcp_servers = vec!["fixture".into(), "reader".into()];
+    })
+    .await
+}
+
+fn last_result(server: &TestServer) -> String {
+    server
+        .provider
+        .requests()
+        .pop()
+        .unwrap()
+        .messages
+        .last()
+        .unwrap()
+        .text()
+}
+
+#[tokio::test]
+async fn allowed_servers_tools_ask_by_category_and_answer() {
+    let server = start(10_000).await;
+    let mut c = server.client().await;
+    c.chat(None, "echo please", json!({})).await;
+    let ask = c
+        .recv_until(|f| f["type"] == "tool_approval_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(
+        (ask["name"].as_str(), ask["category"].as_str()),
+        (Some("mcp__fixture__echo"), Some("external"))
+    );
+    c.send(json!({"type": "tool_approval_response", "tool_call_id": ask["tool_call_id"], "decision": "allow"}))
+        .await;
+    c.turn().await;
+    assert_eq!(last_result(&server), "echo: hi");
+    let names: Vec<String> = server
+        .provider
+        .requests()
+        .pop()
+        .unwrap()
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .filter(|n| n.starts_with("mcp__"))
+        .collect();
+    for expected in [
+        "mcp__fixture__echo",
+        "mcp__fixture__count",
+        "mcp__fixture__fail",
+        "mcp__reader__echo",
+    ] {
+        assert!(names.contains(&expected.to_owned()), "{names:?}");
+    }
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__stranger__")),
+        "{names:?}"
+    );
+
+    // A server whose category is `read` runs without asking; an error result is an error.
+    c.chat(None, "reader please", json!({})).await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "tool_approval_request").is_empty());
+    assert_eq!(last_result(&server), "echo: quiet");
+    c.chat(None, "fail please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let end = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .find(|f| f["status"] == "end")
+        .unwrap()
+        .clone();
+    assert_eq!(end["is_error"], true);
+    assert!(
+        end["result"]
+            .as_str()
+            .unwrap()
+            .contains("failed on purpose"),
+        "{end}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn progress_becomes_frames_and_a_slow_call_times_out() {
+    let server = start(10_000).await;
+    let mut c = server.client().await;
+    c.chat(None, "count please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let progress: Vec<(f64, String)> = of_type(&frames, "mcp_progress")
+        .iter()
+        .map(|f| {
+            (
+                f["progress"].as_f64().unwrap(),
+                f["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        progress,
+        [
+            (1.0, "step 1".into()),
+            (2.0, "step 2".into()),
+            (3.0, "step 3".into())
+        ]
+    );
+    assert!(of_type(&frames, "mcp_progress")
+        .iter()
+        .all(|f| f["total"] == 3.0));
+    assert_eq!(last_result(&server), "counted to 3");
+    server.stop().await;
+
+    let server = start(300).await;
+    let mut c = server.client().await;
+    c.chat(None, "long count", json!({"permission_mode": "auto"}))
+        .await;
+    c.turn().await;
+    let result = last_result(&server);
+    assert!(
+        result.contains("timed out") || result.contains("timeout"),
+        "{result}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn stop_cancels_a_running_call() {
+    let server = start(60_000).await;
+    let mut c = server.client().await;
+    c.chat(None, "long count", json!({"permission_mode": "auto"}))
+        .await;
+    let first = c.recv_until(|f| f["type"] == "mcp_progress").await;
+    let thread = first[0]["thread_id"].as_str().unwrap().to_owned();
+    let started = std::time::Instant::now();
+    c.send(json!({"command": "stop", "data": {"thread_id": thread}}))
+        .await;
+    let frames = c.turn().await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["status"], "cancelled");
+    server.stop().await;
+}

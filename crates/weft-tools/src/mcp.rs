@@ -1,0 +1,240 @@
+//! MCP servers as tools (`rmcp`): each configured server the policy allows is started (stdio:
+//! a child process) or reached (streamable HTTP) at start-up, its tools listed and offered as
+//! `mcp__<server>__<tool>` with the server's category (default `external`: they ask in
+//! Default mode). A call has a timeout, is cancelled on the server when the turn stops, and
+//! its progress notifications become `mcp_progress` frames.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientNotification, ClientRequest,
+    ContentBlock, Notification, ProgressNotificationParam, Request, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use weft_core::{Tool, ToolContext, ToolError};
+use weft_protocol::{PolicyClass, ToolCategory};
+
+/// `[[mcp.servers]]`: a child process (`command`, `args`, `env`) or a URL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub name: String,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub url: Option<String>,
+    /// What its tools do, for the gate (default `external`).
+    #[serde(default)]
+    pub category: Option<ToolCategory>,
+    /// How long one call may take.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_timeout_ms() -> u64 {
+    60_000
+}
+
+/// The client side: progress notifications go to whoever waits for that token.
+#[derive(Default)]
+struct Handler {
+    progress: ProgressDispatcher,
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!("an MCP server's tools changed; they are read again at the next start");
+    }
+}
+
+/// One connected server.
+struct Server {
+    name: String,
+    category: ToolCategory,
+    timeout: Duration,
+    service: RunningService<RoleClient, Handler>,
+}
+
+/// Connect to every server `allowed` names, and list their tools. A server that cannot be
+/// reached is logged and left out; the others still work.
+pub async fn connect(configs: &[McpServerConfig], allowed: &[String]) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for config in configs {
+        if !allowed.contains(&config.name) {
+            tracing::info!(server = %config.name, "MCP server not in policy.allowed_mcp_servers: left out");
+            continue;
+        }
+        match open(config).await {
+            Ok(found) => tools.extend(found),
+            Err(e) => tracing::warn!(server = %config.name, error = %e, "MCP server unavailable"),
+        }
+    }
+    tools
+}
+
+async fn open(config: &McpServerConfig) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let service = match (&config.command, &config.url) {
+        (Some(command), None) => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(&config.args).envs(&config.env);
+            let transport = TokioChildProcess::new(cmd).map_err(|e| e.to_string())?;
+            Handler::default()
+                .serve(transport)
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        (None, Some(url)) => Handler::default()
+            .serve(StreamableHttpClientTransport::from_uri(url.as_str()))
+            .await
+            .map_err(|e| e.to_string())?,
+        _ => return Err("give exactly one of `command` and `url`".to_owned()),
+    };
+    let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
+    let server = Arc::new(Server {
+        name: config.name.clone(),
+        category: config.category.unwrap_or(ToolCategory::External),
+        timeout: Duration::from_millis(config.timeout_ms),
+        service,
+    });
+    tracing::info!(server = %server.name, tools = listed.len(), "MCP server connected");
+    Ok(listed
+        .into_iter()
+        .map(|tool| {
+            Arc::new(McpTool {
+                name: format!("mcp__{}__{}", server.name, tool.name),
+                remote_name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                schema: Value::Object((*tool.input_schema).clone()),
+                server: server.clone(),
+            }) as Arc<dyn Tool>
+        })
+        .collect())
+}
+
+struct McpTool {
+    /// `mcp__<server>__<tool>`.
+    name: String,
+    /// The tool's name on its server.
+    remote_name: String,
+    description: String,
+    schema: Value,
+    server: Arc<Server>,
+}
+
+impl McpTool {
+    async fn run(&self, args: Map<String, Value>, ctx: &ToolContext) -> Result<String, String> {
+        let peer = self.server.service.peer();
+        let request = ClientRequest::CallToolRequest(Request::new(
+            CallToolRequestParams::new(self.remote_name.clone()).with_arguments(args),
+        ));
+        let mut options = PeerRequestOptions::no_options();
+        options.timeout = Some(self.server.timeout);
+        let handle = peer
+            .send_cancellable_request(request, options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (id, token) = (handle.id.clone(), handle.progress_token.clone());
+        let mut progress = self
+            .server
+            .service
+            .service()
+            .progress
+            .subscribe(token)
+            .await;
+        let response = handle.await_response();
+        tokio::pin!(response);
+        loop {
+            tokio::select! {
+                answer = &mut response => {
+                    return match answer.map_err(|e| e.to_string())? {
+                        ServerResult::CallToolResult(result) => {
+                            let text = text_of(&result.content, result.structured_content.as_ref());
+                            if result.is_error == Some(true) { Err(text) } else { Ok(text) }
+                        }
+                        other => Err(format!("unexpected answer: {other:?}")),
+                    };
+                }
+                Some(update) = progress.next() => {
+                    ctx.progress(update.progress, update.total, update.message.clone());
+                }
+                () = ctx.cancel.cancelled() => {
+                    let notice = ClientNotification::CancelledNotification(Notification::new(
+                        CancelledNotificationParam::new(Some(id), Some("the turn stopped".to_owned())),
+                    ));
+                    let _ = peer.send_notification(notice).await;
+                    return Err("cancelled".to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// The text of a result: its text blocks, else its structured content, else a summary.
+fn text_of(content: &[ContentBlock], structured: Option<&Value>) -> String {
+    let texts: Vec<&str> = content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    if !texts.is_empty() {
+        return texts.join("\n");
+    }
+    match structured {
+        Some(value) => value.to_string(),
+        None => format!("({} non-text content blocks)", content.len()),
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn policy_class(&self) -> PolicyClass {
+        PolicyClass::Network
+    }
+
+    fn category(&self) -> ToolCategory {
+        self.server.category
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args = match args {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            _ => return Err(ToolError::model("arguments must be an object")),
+        };
+        self.run(args, ctx)
+            .await
+            .map_err(|e| ToolError::model(format!("{} (MCP server `{}`)", e, self.server.name)))
+    }
+}
