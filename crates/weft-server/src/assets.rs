@@ -19,12 +19,16 @@ pub const ARTIFACT: &str = "artifact";
 pub struct AssetStore {
     objects: Arc<dyn ObjectStore>,
     store: Store,
+    /// The largest asset kept.
+    max_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AssetError {
     #[error("no such asset")]
     NotFound,
+    #[error("the file is {size} bytes, over the {max} bytes an asset may have")]
+    TooLarge { size: usize, max: usize },
     #[error("asset storage: {0}")]
     Objects(#[from] object_store::Error),
     #[error("asset index: {0}")]
@@ -33,13 +37,48 @@ pub enum AssetError {
 
 impl AssetStore {
     /// Assets kept in the local directory `dir` (created if missing).
-    pub fn local(dir: &Path, store: Store) -> std::io::Result<AssetStore> {
+    pub fn local(dir: &Path, store: Store, max_bytes: usize) -> std::io::Result<AssetStore> {
         std::fs::create_dir_all(dir)?;
         let objects = LocalFileSystem::new_with_prefix(dir).map_err(std::io::Error::other)?;
         Ok(AssetStore {
             objects: Arc::new(objects),
             store,
+            max_bytes,
         })
+    }
+
+    /// Remove every asset a thread's turns made (their tool calls' and messages' files):
+    /// called before the thread itself is deleted.
+    pub async fn delete_for_thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+    ) -> Result<usize, AssetError> {
+        let items = self.store.thread_items(thread_id).await?;
+        let mut sources: Vec<String> = self
+            .store
+            .messages(thread_id)
+            .await?
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        for item in &items {
+            sources.push(item.message_id.clone());
+            if let Ok(body) = serde_json::from_str::<serde_json::Value>(&item.body) {
+                call_ids(&body, &mut sources);
+            }
+        }
+        sources.sort();
+        sources.dedup();
+        let assets = self.store.assets_from(owner, &sources).await?;
+        for asset in &assets {
+            match self.objects.delete(&asset.key().into()).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.store.delete_asset(owner, &asset.id).await?;
+        }
+        Ok(assets.len())
     }
 
     /// Keep `bytes` for `owner`; the new asset's index entry.
@@ -51,6 +90,12 @@ impl AssetStore {
         source: Option<&str>,
         bytes: Vec<u8>,
     ) -> Result<AssetRow, AssetError> {
+        if bytes.len() > self.max_bytes {
+            return Err(AssetError::TooLarge {
+                size: bytes.len(),
+                max: self.max_bytes,
+            });
+        }
         let row = AssetRow {
             id: format!("{kind}_{}", new_id()),
             owner: owner.to_owned(),
@@ -182,11 +227,28 @@ impl weft_tools::web::AssetSink for AssetStore {
         owner: &str,
         kind: &str,
         media_type: &str,
+        source: &str,
         bytes: Vec<u8>,
     ) -> Result<String, String> {
-        AssetStore::put(self, owner, kind, media_type, None, bytes)
+        AssetStore::put(self, owner, kind, media_type, Some(source), bytes)
             .await
             .map(|row| row.id)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// Every `tool_call_id` (and a call's `id`) in a record item's body.
+fn call_ids(value: &serde_json::Value, into: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                if let (true, Some(id)) = (key == "tool_call_id" || key == "id", v.as_str()) {
+                    into.push(id.to_owned());
+                }
+                call_ids(v, into);
+            }
+        }
+        serde_json::Value::Array(list) => list.iter().for_each(|v| call_ids(v, into)),
+        _ => {}
     }
 }

@@ -80,12 +80,15 @@ impl WorkflowConfig {
 pub struct AssetsConfig {
     /// A local directory (created if missing).
     pub dir: PathBuf,
+    /// The largest file kept (offloaded results, screenshots, generated media).
+    pub max_bytes: usize,
 }
 
 impl Default for AssetsConfig {
     fn default() -> Self {
         AssetsConfig {
             dir: PathBuf::from("data/assets"),
+            max_bytes: 50 * 1024 * 1024,
         }
     }
 }

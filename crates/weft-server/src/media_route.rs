@@ -103,11 +103,12 @@ pub async fn start(conn: &Connection, mut data: ChatMessageData) -> Result<(), R
     let owner = conn.user.id.clone();
     let custom = CustomMode {
         name: "media".to_owned(),
-        make: Box::new(move |_thread_id, _message_id| {
+        make: Box::new(move |_thread_id, message_id| {
             Arc::new(MediaTurn {
                 state,
                 request: wanted,
                 owner,
+                message_id: message_id.to_owned(),
             }) as Arc<dyn ExecutionMode>
         }),
     };
@@ -118,6 +119,8 @@ struct MediaTurn {
     state: Arc<AppState>,
     request: Request,
     owner: String,
+    /// The answer's id: its file's source, so the file goes with the thread.
+    message_id: String,
 }
 
 impl MediaTurn {
@@ -166,7 +169,7 @@ impl ExecutionMode for MediaTurn {
         let result = match self.generate(&cancel).await {
             Ok((generated, kind)) => {
                 let assets: &dyn AssetSink = self.state.assets.as_ref();
-                weft_tools::media::keep(assets, &self.owner, kind, generated)
+                weft_tools::media::keep(assets, &self.owner, kind, &self.message_id, generated)
                     .await
                     .map(|kept| (kept, kind))
             }

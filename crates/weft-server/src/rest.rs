@@ -172,6 +172,12 @@ pub async fn delete_thread(
     if let Some(runtime) = state.hub.remove(&id) {
         runtime.stop();
     }
+    // Its files first: they are found through the thread's record.
+    state
+        .assets
+        .delete_for_thread(&user.id, &id)
+        .await
+        .map_err(internal)?;
     state.store.delete_thread(&id).await.map_err(internal)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

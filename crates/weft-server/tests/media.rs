@@ -139,6 +139,23 @@ async fn generate_image_asks_first_retries_a_500_and_keeps_the_image() {
     assert_eq!(sent.len(), 2, "one 500, one retry");
     assert_eq!(sent[1]["prompt"], "a loom at dawn");
     assert_eq!(sent[1]["size"], "512x512");
+    // A tool's file goes with its thread too.
+    let thread = frames[0]["thread_id"].as_str().unwrap();
+    let (status, _) = server
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/threads/{thread}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(
+        asset(&server, result["url"].as_str().unwrap(), None)
+            .await
+            .0,
+        404
+    );
     server.stop().await;
 }
 
@@ -206,7 +223,38 @@ async fn route_two_answers_with_media_parts_kept_in_the_thread() {
         .map(|m| m["content"][0]["type"].clone())
         .collect();
     assert_eq!(kinds, [json!("image_url"), json!("audio_url")]);
+
+    // Deleting the thread deletes its files, bytes included.
+    let files = |dir: &std::path::Path| walk(dir).len();
+    let dir = server.state.config.assets.dir.clone();
+    assert_eq!(files(&dir), 2);
+    let (status, _) = server
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/threads/{thread}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(asset(&server, image, None).await.0, 404);
+    assert_eq!(asset(&server, &audio, None).await.0, 404);
+    assert_eq!(files(&dir), 0);
     server.stop().await;
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
 }
 
 #[tokio::test]
@@ -298,4 +346,37 @@ async fn bad_media_requests_get_clear_errors() {
     let error = c.recv_until(|f| f["type"] == "error").await.pop().unwrap();
     assert_eq!(error["code"], "unsupported_route");
     bare.stop().await;
+}
+
+#[tokio::test]
+async fn a_file_over_the_asset_limit_is_refused_clearly() {
+    let api = images_api().await;
+    let url = format!("{}/v1", api.uri());
+    let server = TestServer::start_with(script(), move |c| {
+        c.media.image_url = Some(url);
+        c.media.image_api_key = Some("img-key".into());
+        c.assets.max_bytes = 16;
+    })
+    .await;
+    let mut c = server.client().await;
+    c.chat(
+        None,
+        "",
+        json!({"media_generation": {"mode": "image", "prompt": "a loom"}}),
+    )
+    .await;
+    let frames = c.turn().await;
+    assert_eq!(
+        of_type(&frames, "message")[0]["message"]["status"],
+        "failed"
+    );
+    let error = of_type(&frames, "error")[0];
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the 16 bytes"),
+        "{error}"
+    );
+    server.stop().await;
 }

@@ -25,6 +25,37 @@ impl Store {
         Ok(())
     }
 
+    /// `owner`'s assets made by any of `sources` (tool calls, messages).
+    pub async fn assets_from(&self, owner: &str, sources: &[String]) -> Result<Vec<AssetRow>> {
+        let mut found = Vec::new();
+        for batch in sources.chunks(500) {
+            let marks: Vec<String> = (0..batch.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!(
+                "SELECT {} FROM assets WHERE owner = $1 AND source IN ({})",
+                AssetRow::COLUMNS,
+                marks.join(", ")
+            );
+            let mut query = sqlx::query(&sql).bind(owner);
+            for source in batch {
+                query = query.bind(source);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                found.push(AssetRow::from_row(&row)?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Forget an asset (its bytes are the caller's to remove).
+    pub async fn delete_asset(&self, owner: &str, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM assets WHERE id = $1 AND owner = $2")
+            .bind(id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// An asset of `owner`'s; `None` when there is none (or it is someone else's).
     pub async fn asset(&self, owner: &str, id: &str) -> Result<Option<AssetRow>> {
         let row = sqlx::query(&format!(

@@ -33,16 +33,17 @@ pub struct TextToSpeech {
     pub assets: Arc<dyn AssetSink>,
 }
 
-/// Keep a generated file for `owner`; the tools' (and route 2's) answer.
+/// Keep a generated file for `owner`, made by `source`; the tools' (and route 2's) answer.
 pub async fn keep(
     assets: &dyn AssetSink,
     owner: &str,
     kind: &str,
+    source: &str,
     generated: Generated,
 ) -> Result<Value, String> {
     let media_type = generated.media_type.clone();
     let id = assets
-        .put(owner, kind, &media_type, generated.bytes)
+        .put(owner, kind, &media_type, source, generated.bytes)
         .await?;
     Ok(json!({"asset_id": id, "url": format!("/assets/{id}"), "mime_type": media_type}))
 }
@@ -75,10 +76,16 @@ impl Tool for GenerateImage {
             .generate(prompt, size, &ctx.cancel)
             .await
             .map_err(ToolError::model)?;
-        keep(self.assets.as_ref(), &ctx.user_id, "image", generated)
-            .await
-            .map(|v| v.to_string())
-            .map_err(ToolError::model)
+        keep(
+            self.assets.as_ref(),
+            &ctx.user_id,
+            "image",
+            &ctx.tool_call_id,
+            generated,
+        )
+        .await
+        .map(|v| v.to_string())
+        .map_err(ToolError::model)
     }
 }
 
@@ -110,9 +117,15 @@ impl Tool for TextToSpeech {
             .speak(spoken, voice, &ctx.cancel)
             .await
             .map_err(ToolError::model)?;
-        keep(self.assets.as_ref(), &ctx.user_id, "audio", generated)
-            .await
-            .map(|v| v.to_string())
-            .map_err(ToolError::model)
+        keep(
+            self.assets.as_ref(),
+            &ctx.user_id,
+            "audio",
+            &ctx.tool_call_id,
+            generated,
+        )
+        .await
+        .map(|v| v.to_string())
+        .map_err(ToolError::model)
     }
 }

@@ -33,12 +33,14 @@ use super::guard::NetPolicy;
 /// Where generated files (screenshots, media) are kept.
 #[async_trait]
 pub trait AssetSink: Send + Sync {
-    /// Keep `bytes` for `owner`; the asset's id.
+    /// Keep `bytes` for `owner`, made by `source` (a tool call or message id, so the files go
+    /// when their thread does); the asset's id.
     async fn put(
         &self,
         owner: &str,
         kind: &str,
         media_type: &str,
+        source: &str,
         bytes: Vec<u8>,
     ) -> Result<String, String>;
 }
@@ -217,7 +219,9 @@ impl BrowserTool {
                     .map_err(|e| e.to_string())?;
                 match &self.assets {
                     Some(assets) => {
-                        let id = assets.put(&ctx.user_id, "image", "image/png", png).await?;
+                        let id = assets
+                            .put(&ctx.user_id, "image", "image/png", &ctx.tool_call_id, png)
+                            .await?;
                         Ok(
                             json!({"asset_id": id, "url": format!("/assets/{id}"), "mime_type": "image/png"}),
                         )
