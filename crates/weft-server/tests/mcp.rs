@@ -33,6 +33,10 @@ fn script() -> Value {
         {"match": "echo", "steps": [call("e", "mcp__fixture__echo", json!({"text": "hi"})), {"text": "echoed", "repeat": true}]},
         {"match": "long", "steps": [call("l", "mcp__fixture__count", json!({"n": 200})), {"text": "done", "repeat": true}]},
         {"match": "count", "steps": [call("c", "mcp__fixture__count", json!({"n": 3})), {"text": "counted", "repeat": true}]},
+        {"match": "crash", "steps": [
+            call("x", "mcp__fixture__exit", json!({})),
+            call("b", "mcp__fixture__echo", json!({"text": "back"})),
+            {"text": "recovered", "repeat": true}]},
         {"match": "fail", "steps": [call("f", "mcp__fixture__fail", json!({})), {"text": "failed", "repeat": true}]},
         {"match": "reader", "steps": [call("r", "mcp__reader__echo", json!({"text": "quiet"})), {"text": "read", "repeat": true}]},
         {"match": "*", "steps": [{"text": "ok", "repeat": true}]}
@@ -186,5 +190,31 @@ async fn stop_cancels_a_running_call() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let message = &of_type(&frames, "message")[0]["message"];
     assert_eq!(message["status"], "cancelled");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_dies_is_restarted_and_the_next_call_waits_for_it() {
+    let server = start(10_000).await;
+    let mut c = server.client().await;
+    c.chat(None, "crash please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let ends: Vec<(bool, String)> = of_type(&frames, "tool_call_update")
+        .iter()
+        .filter(|f| f["status"] == "end")
+        .map(|f| {
+            (
+                f["is_error"] == true,
+                f["result"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(
+        ends[0].0 && ends[0].1.contains("being restarted"),
+        "{ends:?}"
+    );
+    assert_eq!(ends[1], (false, "echo: back".to_owned()));
     server.stop().await;
 }

@@ -2,7 +2,8 @@
 //! a child process) or reached (streamable HTTP) at start-up, its tools listed and offered as
 //! `mcp__<server>__<tool>` with the server's category (default `external`: they ask in
 //! Default mode). A call has a timeout, is cancelled on the server when the turn stops, and
-//! its progress notifications become `mcp_progress` frames.
+//! its progress notifications become `mcp_progress` frames. A server whose connection drops
+//! (a child process that died) is reconnected with backoff; calls meanwhile wait for it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -68,12 +69,76 @@ impl ClientHandler for Handler {
     }
 }
 
-/// One connected server.
+type Service = RunningService<RoleClient, Handler>;
+
+/// One server: its connection (none while it is being reconnected).
 struct Server {
     name: String,
     category: ToolCategory,
     timeout: Duration,
-    service: RunningService<RoleClient, Handler>,
+    config: McpServerConfig,
+    service: tokio::sync::RwLock<Option<Arc<Service>>>,
+    reconnecting: std::sync::atomic::AtomicBool,
+    reconnected: tokio::sync::Notify,
+}
+
+/// Backoff between reconnection attempts.
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const LAST_RETRY: Duration = Duration::from_secs(30);
+
+impl Server {
+    /// The live connection, waiting (up to the call timeout) while it is being remade.
+    async fn current(&self) -> Result<Arc<Service>, String> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let waiting = self.reconnected.notified();
+            if let Some(service) = self.service.read().await.clone() {
+                return Ok(service);
+            }
+            if tokio::time::timeout_at(deadline, waiting).await.is_err() {
+                return Err("the server is down and not back yet".to_owned());
+            }
+        }
+    }
+
+    /// Drop a dead connection and reconnect in the background, with backoff.
+    fn reconnect(self: &Arc<Self>, dead: &Arc<Service>) {
+        let server = self.clone();
+        let dead = dead.clone();
+        tokio::spawn(async move {
+            {
+                let mut slot = server.service.write().await;
+                if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &dead)) {
+                    *slot = None;
+                }
+            }
+            if server
+                .reconnecting
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                return;
+            }
+            let mut wait = FIRST_RETRY;
+            loop {
+                match start(&server.config).await {
+                    Ok(service) => {
+                        tracing::info!(server = %server.name, "MCP server reconnected");
+                        *server.service.write().await = Some(Arc::new(service));
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %server.name, error = %e, ?wait, "MCP server still down");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(LAST_RETRY);
+                    }
+                }
+            }
+            server
+                .reconnecting
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+            server.reconnected.notify_waiters();
+        });
+    }
 }
 
 /// Connect to every server `allowed` names, and list their tools. A server that cannot be
@@ -93,8 +158,9 @@ pub async fn connect(configs: &[McpServerConfig], allowed: &[String]) -> Vec<Arc
     tools
 }
 
-async fn open(config: &McpServerConfig) -> Result<Vec<Arc<dyn Tool>>, String> {
-    let service = match (&config.command, &config.url) {
+/// Start (or reach) the server and complete the MCP handshake.
+async fn start(config: &McpServerConfig) -> Result<Service, String> {
+    Ok(match (&config.command, &config.url) {
         (Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args).envs(&config.env);
@@ -109,13 +175,20 @@ async fn open(config: &McpServerConfig) -> Result<Vec<Arc<dyn Tool>>, String> {
             .await
             .map_err(|e| e.to_string())?,
         _ => return Err("give exactly one of `command` and `url`".to_owned()),
-    };
+    })
+}
+
+async fn open(config: &McpServerConfig) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let service = start(config).await?;
     let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
     let server = Arc::new(Server {
         name: config.name.clone(),
         category: config.category.unwrap_or(ToolCategory::External),
         timeout: Duration::from_millis(config.timeout_ms),
-        service,
+        config: config.clone(),
+        service: tokio::sync::RwLock::new(Some(Arc::new(service))),
+        reconnecting: std::sync::atomic::AtomicBool::new(false),
+        reconnected: tokio::sync::Notify::new(),
     });
     tracing::info!(server = %server.name, tools = listed.len(), "MCP server connected");
     Ok(listed
@@ -144,7 +217,26 @@ struct McpTool {
 
 impl McpTool {
     async fn run(&self, args: Map<String, Value>, ctx: &ToolContext) -> Result<String, String> {
-        let peer = self.server.service.peer();
+        let service = self.server.current().await?;
+        match self.call(&service, args, ctx).await {
+            Err(Failure::Connection(e)) => {
+                self.server.reconnect(&service);
+                Err(format!(
+                    "the connection to the server was lost ({e}); it is being restarted"
+                ))
+            }
+            Err(Failure::Call(e)) => Err(e),
+            Ok(text) => Ok(text),
+        }
+    }
+
+    async fn call(
+        &self,
+        service: &Service,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<String, Failure> {
+        let peer = service.peer();
         let request = ClientRequest::CallToolRequest(Request::new(
             CallToolRequestParams::new(self.remote_name.clone()).with_arguments(args),
         ));
@@ -153,26 +245,20 @@ impl McpTool {
         let handle = peer
             .send_cancellable_request(request, options)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Failure::from)?;
         let (id, token) = (handle.id.clone(), handle.progress_token.clone());
-        let mut progress = self
-            .server
-            .service
-            .service()
-            .progress
-            .subscribe(token)
-            .await;
+        let mut progress = service.service().progress.subscribe(token).await;
         let response = handle.await_response();
         tokio::pin!(response);
         loop {
             tokio::select! {
                 answer = &mut response => {
-                    return match answer.map_err(|e| e.to_string())? {
+                    return match answer.map_err(Failure::from)? {
                         ServerResult::CallToolResult(result) => {
                             let text = text_of(&result.content, result.structured_content.as_ref());
-                            if result.is_error == Some(true) { Err(text) } else { Ok(text) }
+                            if result.is_error == Some(true) { Err(Failure::Call(text)) } else { Ok(text) }
                         }
-                        other => Err(format!("unexpected answer: {other:?}")),
+                        other => Err(Failure::Call(format!("unexpected answer: {other:?}"))),
                     };
                 }
                 Some(update) = progress.next() => {
@@ -183,9 +269,26 @@ impl McpTool {
                         CancelledNotificationParam::new(Some(id), Some("the turn stopped".to_owned())),
                     ));
                     let _ = peer.send_notification(notice).await;
-                    return Err("cancelled".to_owned());
+                    return Err(Failure::Call("cancelled".to_owned()));
                 }
             }
+        }
+    }
+}
+
+/// Why a call gave no result: the call itself, or the connection under it.
+enum Failure {
+    Call(String),
+    Connection(String),
+}
+
+impl From<rmcp::ServiceError> for Failure {
+    fn from(error: rmcp::ServiceError) -> Self {
+        match error {
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+                Failure::Connection(error.to_string())
+            }
+            other => Failure::Call(other.to_string()),
         }
     }
 }

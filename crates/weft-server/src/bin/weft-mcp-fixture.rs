@@ -1,6 +1,7 @@
 //! A tiny MCP server over stdio, for the tests and for trying MCP out
 //! (`[[mcp.servers]] name = "fixture", command = "weft-mcp-fixture"`): `echo {text}`,
-//! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result).
+//! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result),
+//! `exit {}` (the process exits without answering).
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -60,6 +61,11 @@ impl Fixture {
         Ok(CallToolResult::success(vec![ContentBlock::text(format!(
             "counted to {n}"
         ))]))
+    }
+
+    #[tool(description = "Exit the server process at once (to test restarts)")]
+    fn exit(&self) -> String {
+        std::process::exit(3)
     }
 
     #[tool(description = "Always fails")]
