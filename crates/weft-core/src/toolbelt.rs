@@ -175,6 +175,19 @@ impl Toolbelt {
         Self::from_entries(entries)
     }
 
+    /// This toolbelt's tools whose names do not start with `prefix`, then all of `other`'s
+    /// (replacing any of the same name); no schema is compiled again.
+    pub fn replacing_prefix(&self, prefix: &str, other: &Toolbelt) -> Toolbelt {
+        let mut entries: Vec<Arc<ToolEntry>> = self
+            .entries
+            .iter()
+            .filter(|e| !e.tool.name().starts_with(prefix) && !other.contains(e.tool.name()))
+            .cloned()
+            .collect();
+        entries.extend(other.entries.iter().cloned());
+        Self::from_entries(entries)
+    }
+
     /// The same toolbelt without one tool (e.g. `run_subtask` at the depth limit).
     pub fn without(&self, name: &str) -> Toolbelt {
         if !self.contains(name) {

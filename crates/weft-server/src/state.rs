@@ -49,6 +49,8 @@ pub struct AppState {
     pub media: Arc<Media>,
     /// Collections and long-term memory.
     pub knowledge: Arc<Knowledge>,
+    /// MCP servers' tools, which may change while the server runs.
+    mcp: McpState,
     /// Client-run tool calls waiting for the client's answer.
     pub client_calls: Arc<PendingClientCalls>,
     pub limits: UserLimits,
@@ -83,6 +85,18 @@ pub enum StartupError {
         source: std::io::Error,
     },
 }
+
+/// MCP tools and what composing them again needs.
+struct McpState {
+    tools: Arc<weft_tools::mcp::McpTools>,
+    /// The thread and editor policies.
+    policies: [ToolPolicy; 2],
+    /// The toolbelts with the MCP tools of `.0`'s version: thread, editor.
+    current: parking_lot::Mutex<(u64, Toolbelt, Toolbelt)>,
+}
+
+/// How every MCP tool's name starts.
+const MCP_PREFIX: &str = "mcp__";
 
 /// The user when no keys are configured on a loopback bind.
 pub const LOCAL_USER: &str = "local";
@@ -139,9 +153,10 @@ impl AppState {
         tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
         let sink: Arc<dyn weft_tools::web::AssetSink> = assets.clone();
         let media = Arc::new(Media::from_config(&config.media).map_err(StartupError::Config)?);
-        tools.extend(
-            weft_tools::mcp::connect(&config.mcp.servers, &config.policy.allowed_mcp_servers).await,
-        );
+        let mcp =
+            weft_tools::mcp::connect(&config.mcp.servers, &config.policy.allowed_mcp_servers).await;
+        let mcp_version = mcp.version();
+        tools.extend(mcp.current());
         tools.extend(media.tools(&sink));
         match weft_tools::web::BrowserTool::new(
             config.web.browser_executable.clone(),
@@ -184,16 +199,18 @@ impl AppState {
             );
             None
         };
-        let toolbelt = |context: &ChatContext| {
+        let policy = |context: &ChatContext| {
             let mut policy = ToolPolicy::for_context(context, Some(workspace.to_path_buf()));
             policy.allow_private_network = config.policy.allow_private_network;
             if config.policy.allow_secrets {
                 policy.classes.insert(PolicyClass::Secrets);
             }
-            compose_toolbelt(&tools, &policy, context)
+            policy
         };
-        let thread_toolbelt = toolbelt(&ChatContext::Thread);
-        let editor_toolbelt = toolbelt(&ChatContext::Editor { workflow_id: None });
+        let editor = ChatContext::Editor { workflow_id: None };
+        let policies = [policy(&ChatContext::Thread), policy(&editor)];
+        let thread_toolbelt = compose_toolbelt(&tools, &policies[0], &ChatContext::Thread);
+        let editor_toolbelt = compose_toolbelt(&tools, &policies[1], &editor);
         // A misspelt `hitl_tools` name would silently turn an approval off.
         let mut names = thread_toolbelt.names();
         names.extend(editor_toolbelt.names());
@@ -218,10 +235,19 @@ impl AppState {
                 modes.register(Arc::new(weft_codemode::CodeMode::new(config.code)));
                 modes
             },
-            thread_toolbelt,
-            editor_toolbelt,
+            thread_toolbelt: thread_toolbelt.clone(),
+            editor_toolbelt: editor_toolbelt.clone(),
             hub: ThreadHub::new(config.server.replay_max_bytes),
             client_calls: Arc::default(),
+            mcp: McpState {
+                tools: mcp,
+                policies,
+                current: parking_lot::Mutex::new((
+                    mcp_version,
+                    thread_toolbelt.clone(),
+                    editor_toolbelt.clone(),
+                )),
+            },
             knowledge,
             media,
             limits: UserLimits::new(&config.limits),
@@ -251,10 +277,27 @@ impl AppState {
     /// The session toolbelt for a chat context (registered ∩ policy ∩ context). The editor
     /// context needs a node registry; without one it gets the thread's tools.
     pub fn toolbelt_for(&self, context: &ChatContext) -> Toolbelt {
-        if self.editor_available(context) {
-            self.editor_toolbelt.clone()
+        let editor = self.editor_available(context);
+        let version = self.mcp.tools.version();
+        let mut current = self.mcp.current.lock();
+        if current.0 != version {
+            // A server's tools changed: the MCP part of both toolbelts is composed again.
+            let tools = self.mcp.tools.current();
+            let editor_context = ChatContext::Editor { workflow_id: None };
+            let thread_mcp = compose_toolbelt(&tools, &self.mcp.policies[0], &ChatContext::Thread);
+            let editor_mcp = compose_toolbelt(&tools, &self.mcp.policies[1], &editor_context);
+            *current = (
+                version,
+                self.thread_toolbelt
+                    .replacing_prefix(MCP_PREFIX, &thread_mcp),
+                self.editor_toolbelt
+                    .replacing_prefix(MCP_PREFIX, &editor_mcp),
+            );
+        }
+        if editor {
+            current.2.clone()
         } else {
-            self.thread_toolbelt.clone()
+            current.1.clone()
         }
     }
 

@@ -37,6 +37,8 @@ fn script() -> Value {
             call("x", "mcp__fixture__exit", json!({})),
             call("b", "mcp__fixture__echo", json!({"text": "back"})),
             {"text": "recovered", "repeat": true}]},
+        {"match": "reveal", "steps": [call("v", "mcp__fixture__reveal", json!({})), {"text": "revealed", "repeat": true}]},
+        {"match": "bonus", "steps": [call("o", "mcp__fixture__bonus", json!({})), {"text": "got it", "repeat": true}]},
         {"match": "fail", "steps": [call("f", "mcp__fixture__fail", json!({})), {"text": "failed", "repeat": true}]},
         {"match": "reader", "steps": [call("r", "mcp__reader__echo", json!({"text": "quiet"})), {"text": "read", "repeat": true}]},
         {"match": "*", "steps": [{"text": "ok", "repeat": true}]}
@@ -216,5 +218,35 @@ async fn a_server_that_dies_is_restarted_and_the_next_call_waits_for_it() {
         "{ends:?}"
     );
     assert_eq!(ends[1], (false, "echo: back".to_owned()));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_tool_list_reaches_the_next_turns() {
+    let server = start(10_000).await;
+    let has_bonus = || {
+        server
+            .state
+            .toolbelt_for(&weft_protocol::ChatContext::Thread)
+            .contains("mcp__fixture__bonus")
+    };
+    assert!(!has_bonus());
+    let mut c = server.client().await;
+    c.chat(None, "reveal please", json!({"permission_mode": "auto"}))
+        .await;
+    c.turn().await;
+    assert_eq!(last_result(&server), "revealed");
+    // The server said its tools changed; they are listed again in the background.
+    for _ in 0..100 {
+        if has_bonus() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(has_bonus());
+    c.chat(None, "bonus please", json!({"permission_mode": "auto"}))
+        .await;
+    c.turn().await;
+    assert_eq!(last_result(&server), "bonus!");
     server.stop().await;
 }

@@ -49,10 +49,11 @@ fn default_timeout_ms() -> u64 {
     60_000
 }
 
-/// The client side: progress notifications go to whoever waits for that token.
-#[derive(Default)]
+/// The client side: progress notifications go to whoever waits for that token; a changed
+/// tool list wakes the server's refresher.
 struct Handler {
     progress: ProgressDispatcher,
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl ClientHandler for Handler {
@@ -65,7 +66,7 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        tracing::info!("an MCP server's tools changed; they are read again at the next start");
+        self.changed.notify_one();
     }
 }
 
@@ -77,6 +78,8 @@ struct Server {
     category: ToolCategory,
     timeout: Duration,
     config: McpServerConfig,
+    /// Notified when the server says its tools changed.
+    changed: Arc<tokio::sync::Notify>,
     service: tokio::sync::RwLock<Option<Arc<Service>>>,
     reconnecting: std::sync::atomic::AtomicBool,
     reconnected: tokio::sync::Notify,
@@ -120,7 +123,7 @@ impl Server {
             }
             let mut wait = FIRST_RETRY;
             loop {
-                match start(&server.config).await {
+                match start(&server.config, &server.changed).await {
                     Ok(service) => {
                         tracing::info!(server = %server.name, "MCP server reconnected");
                         *server.service.write().await = Some(Arc::new(service));
@@ -141,36 +144,109 @@ impl Server {
     }
 }
 
+/// A server's name and its tools.
+type ServerTools = (String, Vec<Arc<dyn Tool>>);
+
+/// The connected servers' tools, kept current: a server that says its tools changed is
+/// listed again, and [`McpTools::version`] moves on.
+#[derive(Default)]
+pub struct McpTools {
+    /// Per server, in configuration order.
+    tools: parking_lot::RwLock<Vec<ServerTools>>,
+    version: std::sync::atomic::AtomicU64,
+}
+
+impl McpTools {
+    /// Every server's tools as they are now.
+    pub fn current(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools
+            .read()
+            .iter()
+            .flat_map(|(_, tools)| tools.iter().cloned())
+            .collect()
+    }
+
+    /// Changes whenever a server's tools do.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn replace(&self, server: &str, tools: Vec<Arc<dyn Tool>>) {
+        let mut all = self.tools.write();
+        match all.iter_mut().find(|(name, _)| name == server) {
+            Some(slot) => slot.1 = tools,
+            None => all.push((server.to_owned(), tools)),
+        }
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Connect to every server `allowed` names, and list their tools. A server that cannot be
 /// reached is logged and left out; the others still work.
-pub async fn connect(configs: &[McpServerConfig], allowed: &[String]) -> Vec<Arc<dyn Tool>> {
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+pub async fn connect(configs: &[McpServerConfig], allowed: &[String]) -> Arc<McpTools> {
+    let hub = Arc::new(McpTools::default());
     for config in configs {
         if !allowed.contains(&config.name) {
             tracing::info!(server = %config.name, "MCP server not in policy.allowed_mcp_servers: left out");
             continue;
         }
         match open(config).await {
-            Ok(found) => tools.extend(found),
+            Ok(server) => match list(&server).await {
+                Ok(tools) => {
+                    hub.replace(&server.name, tools);
+                    refresh_on_change(&hub, server);
+                }
+                Err(e) => {
+                    tracing::warn!(server = %config.name, error = %e, "cannot list MCP tools")
+                }
+            },
             Err(e) => tracing::warn!(server = %config.name, error = %e, "MCP server unavailable"),
         }
     }
-    tools
+    hub
+}
+
+/// List `server`'s tools again each time it says they changed (while the hub lives).
+fn refresh_on_change(hub: &Arc<McpTools>, server: Arc<Server>) {
+    let hub = Arc::downgrade(hub);
+    tokio::spawn(async move {
+        loop {
+            server.changed.notified().await;
+            let Some(hub) = hub.upgrade() else { break };
+            match list(&server).await {
+                Ok(tools) => {
+                    tracing::info!(server = %server.name, tools = tools.len(), "MCP tools changed");
+                    hub.replace(&server.name, tools);
+                }
+                Err(e) => {
+                    tracing::warn!(server = %server.name, error = %e, "cannot list MCP tools")
+                }
+            }
+        }
+    });
 }
 
 /// Start (or reach) the server and complete the MCP handshake.
-async fn start(config: &McpServerConfig) -> Result<Service, String> {
+async fn start(
+    config: &McpServerConfig,
+    changed: &Arc<tokio::sync::Notify>,
+) -> Result<Service, String> {
+    let handler = || Handler {
+        progress: ProgressDispatcher::new(),
+        changed: changed.clone(),
+    };
     Ok(match (&config.command, &config.url) {
         (Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args).envs(&config.env);
             let transport = TokioChildProcess::new(cmd).map_err(|e| e.to_string())?;
-            Handler::default()
+            handler()
                 .serve(transport)
                 .await
                 .map_err(|e| e.to_string())?
         }
-        (None, Some(url)) => Handler::default()
+        (None, Some(url)) => handler()
             .serve(StreamableHttpClientTransport::from_uri(url.as_str()))
             .await
             .map_err(|e| e.to_string())?,
@@ -178,19 +254,27 @@ async fn start(config: &McpServerConfig) -> Result<Service, String> {
     })
 }
 
-async fn open(config: &McpServerConfig) -> Result<Vec<Arc<dyn Tool>>, String> {
-    let service = start(config).await?;
-    let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
-    let server = Arc::new(Server {
+/// Start a server.
+async fn open(config: &McpServerConfig) -> Result<Arc<Server>, String> {
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let service = start(config, &changed).await?;
+    tracing::info!(server = %config.name, "MCP server connected");
+    Ok(Arc::new(Server {
         name: config.name.clone(),
         category: config.category.unwrap_or(ToolCategory::External),
         timeout: Duration::from_millis(config.timeout_ms),
         config: config.clone(),
+        changed,
         service: tokio::sync::RwLock::new(Some(Arc::new(service))),
         reconnecting: std::sync::atomic::AtomicBool::new(false),
         reconnected: tokio::sync::Notify::new(),
-    });
-    tracing::info!(server = %server.name, tools = listed.len(), "MCP server connected");
+    }))
+}
+
+/// The server's tools, as Weft tools.
+async fn list(server: &Arc<Server>) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let service = server.current().await?;
+    let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
     Ok(listed
         .into_iter()
         .map(|tool| {

@@ -1,7 +1,8 @@
 //! A tiny MCP server over stdio, for the tests and for trying MCP out
 //! (`[[mcp.servers]] name = "fixture", command = "weft-mcp-fixture"`): `echo {text}`,
 //! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result),
-//! `exit {}` (the process exits without answering).
+//! `exit {}` (the process exits without answering), `reveal {}` (then lists `bonus {}` and
+//! tells the client its tools changed).
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -29,6 +30,8 @@ struct CountArgs {
 #[derive(Clone)]
 struct Fixture {
     tool_router: ToolRouter<Self>,
+    /// `bonus` is listed only after `reveal`.
+    revealed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[tool_router]
@@ -68,6 +71,19 @@ impl Fixture {
         std::process::exit(3)
     }
 
+    #[tool(description = "List the `bonus` tool from now on (tells the client the list changed)")]
+    async fn reveal(&self, client: Peer<RoleServer>) -> String {
+        self.revealed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = client.notify_tool_list_changed().await;
+        "revealed".to_owned()
+    }
+
+    #[tool(description = "A tool that appears after `reveal`")]
+    fn bonus(&self) -> String {
+        "bonus!".to_owned()
+    }
+
     #[tool(description = "Always fails")]
     fn fail(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::error(vec![ContentBlock::text(
@@ -78,6 +94,17 @@ impl Fixture {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Fixture {
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        let revealed = self.revealed.load(std::sync::atomic::Ordering::SeqCst);
+        let mut tools = self.tool_router.list_all();
+        tools.retain(|t| revealed || t.name != "bonus");
+        Ok(rmcp::model::ListToolsResult::with_all_items(tools))
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
     }
@@ -87,6 +114,7 @@ impl ServerHandler for Fixture {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fixture = Fixture {
         tool_router: Fixture::tool_router(),
+        revealed: Default::default(),
     };
     let service = fixture.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
