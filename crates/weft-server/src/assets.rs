@@ -47,6 +47,34 @@ impl AssetStore {
         })
     }
 
+    /// Assets kept in an S3-compatible bucket.
+    pub fn s3(
+        config: &crate::config::S3Config,
+        store: Store,
+        max_bytes: usize,
+    ) -> Result<AssetStore, object_store::Error> {
+        let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(&config.bucket)
+            .with_region(&config.region);
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_virtual_hosted_style_request(false);
+        }
+        if let Some(key) = &config.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = &config.secret_access_key {
+            builder = builder.with_secret_access_key(secret);
+        }
+        Ok(AssetStore {
+            objects: Arc::new(builder.build()?),
+            store,
+            max_bytes,
+        })
+    }
+
     /// Remove every asset a thread's turns made (their tool calls' and messages' files):
     /// called before the thread itself is deleted.
     pub async fn delete_for_thread(

@@ -82,6 +82,26 @@ pub struct AssetsConfig {
     pub dir: PathBuf,
     /// The largest file kept (offloaded results, screenshots, generated media).
     pub max_bytes: usize,
+    /// Keep the bytes in an S3-compatible bucket instead of `dir`.
+    pub s3: Option<S3Config>,
+}
+
+/// `[assets.s3]`: an S3-compatible bucket (AWS, MinIO, Ceph, R2…). Credentials absent here
+/// come from the usual `AWS_*` environment variables.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    pub bucket: String,
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// A non-AWS endpoint (`http://127.0.0.1:9000`); path-style requests are used with it.
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
+fn default_region() -> String {
+    "us-east-1".to_owned()
 }
 
 impl Default for AssetsConfig {
@@ -89,6 +109,7 @@ impl Default for AssetsConfig {
         AssetsConfig {
             dir: PathBuf::from("data/assets"),
             max_bytes: 50 * 1024 * 1024,
+            s3: None,
         }
     }
 }

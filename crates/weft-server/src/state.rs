@@ -142,11 +142,15 @@ impl AppState {
             })?;
 
         let workspace: Arc<Path> = Arc::from(workspace.as_path());
-        let assets = AssetStore::local(&config.assets.dir, store.clone(), config.assets.max_bytes)
-            .map_err(|source| StartupError::Assets {
+        let assets = match &config.assets.s3 {
+            Some(s3) => AssetStore::s3(s3, store.clone(), config.assets.max_bytes)
+                .map_err(|e| StartupError::Config(format!("[assets.s3]: {e}")))?,
+            None => AssetStore::local(&config.assets.dir, store.clone(), config.assets.max_bytes)
+                .map_err(|source| StartupError::Assets {
                 path: config.assets.dir.display().to_string(),
                 source,
-            })?;
+            })?,
+        };
         let assets = Arc::new(assets);
         let mut tools = weft_tools::builtin_tools();
         let web = config.web.settings(config.policy.allow_private_network);

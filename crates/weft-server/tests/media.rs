@@ -380,3 +380,131 @@ async fn a_file_over_the_asset_limit_is_refused_clearly() {
     );
     server.stop().await;
 }
+
+/// A small in-memory S3: PUT, GET (with one range), HEAD and DELETE of `/<bucket>/<key>`, and
+/// the bulk delete.
+#[derive(Clone, Default)]
+struct FakeS3 {
+    objects: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<String, Vec<u8>>>>,
+}
+
+impl wiremock::Respond for FakeS3 {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let key = request.url.path().to_owned();
+        let mut objects = self.objects.lock();
+        match request.method.as_str() {
+            "PUT" => {
+                objects.insert(key, request.body.clone());
+                ResponseTemplate::new(200).insert_header("ETag", "\"e1\"")
+            }
+            "DELETE" => {
+                objects.remove(&key);
+                ResponseTemplate::new(204)
+            }
+            // Bulk delete (`POST /<bucket>?delete`): every `<Key>` in the body.
+            "POST" => {
+                let body = String::from_utf8_lossy(&request.body).into_owned();
+                let mut deleted = String::new();
+                for part in body.split("<Key>").skip(1) {
+                    let name = part.split("</Key>").next().unwrap_or_default();
+                    objects.remove(&format!("{key}/{name}"));
+                    deleted.push_str(&format!("<Deleted><Key>{name}</Key></Deleted>"));
+                }
+                ResponseTemplate::new(200).set_body_string(format!(
+                    "<?xml version=\"1.0\"?><DeleteResult>{deleted}</DeleteResult>"
+                ))
+            }
+            _ => match objects.get(&key) {
+                None => ResponseTemplate::new(404).set_body_string(
+                    "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code></Error>",
+                ),
+                Some(bytes) => {
+                    let found = |status: u16| {
+                        ResponseTemplate::new(status)
+                            .insert_header("ETag", "\"e1\"")
+                            .insert_header("Last-Modified", "Sun, 22 Nov 2026 10:00:00 GMT")
+                    };
+                    let range = request
+                        .headers
+                        .get("range")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.strip_prefix("bytes="))
+                        .and_then(|v| v.split_once('-'))
+                        .and_then(|(a, b)| {
+                            Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
+                        });
+                    match range {
+                        Some((start, end)) => {
+                            let end = end.min(bytes.len() - 1);
+                            found(206)
+                                .insert_header(
+                                    "Content-Range",
+                                    format!("bytes {start}-{end}/{}", bytes.len()).as_str(),
+                                )
+                                .set_body_bytes(bytes[start..=end].to_vec())
+                        }
+                        None => found(200).set_body_bytes(bytes.clone()),
+                    }
+                }
+            },
+        }
+    }
+}
+
+#[tokio::test]
+async fn assets_can_live_in_an_s3_compatible_bucket() {
+    let s3 = MockServer::start().await;
+    let fake = FakeS3::default();
+    Mock::given(wiremock::matchers::path_regex("^/weft"))
+        .respond_with(fake.clone())
+        .mount(&s3)
+        .await;
+    let endpoint = s3.uri();
+    let server = TestServer::start_with(script(), move |c| {
+        c.assets.s3 = Some(weft_server::config::S3Config {
+            bucket: "weft".into(),
+            region: "us-east-1".into(),
+            endpoint: Some(endpoint),
+            access_key_id: Some("key".into()),
+            secret_access_key: Some("secret".into()),
+        });
+    })
+    .await;
+    let mut c = server.client().await;
+    c.chat(
+        None,
+        "",
+        json!({"media_generation": {"mode": "speech", "text": "Hello from the bucket"}}),
+    )
+    .await;
+    let frames = c.turn().await;
+    let message = &of_type(&frames, "message")[0]["message"];
+    let audio = message["content"][0]["audio_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(fake.objects.lock().len(), 1, "the bytes are in the bucket");
+    let (status, kind, wav, _) = asset(&server, &audio, None).await;
+    assert_eq!(
+        (status, kind.as_str(), &wav[..4]),
+        (200, "audio/wav", &b"RIFF"[..])
+    );
+    let (status, _, part, range) = asset(&server, &audio, Some("bytes=10-19")).await;
+    assert_eq!((status, part.as_slice()), (206, &wav[10..20]));
+    assert_eq!(range.unwrap(), format!("bytes 10-19/{}", wav.len()));
+    let thread = frames[0]["thread_id"].as_str().unwrap();
+    let (status, _) = server
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/threads/{thread}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert!(
+        fake.objects.lock().is_empty(),
+        "deleted from the bucket with the thread"
+    );
+    server.stop().await;
+}
