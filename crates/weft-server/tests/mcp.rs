@@ -250,3 +250,36 @@ async fn a_changed_tool_list_reaches_the_next_turns() {
     assert_eq!(last_result(&server), "bonus!");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn plan_mode_refuses_mcp_tools_and_progress_can_be_off() {
+    let server = start(10_000).await;
+    let mut c = server.client().await;
+    c.chat(None, "echo please", json!({"permission_mode": "plan"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "tool_approval_request").is_empty());
+    let end = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .find(|f| f["status"] == "end")
+        .unwrap()
+        .clone();
+    assert_eq!(end["is_error"], true, "{end}");
+    assert_eq!(end["metadata"]["status"], "rejected", "{end}");
+    server.stop().await;
+
+    // An agent with `emit_mcp_progress = false` gets the result without progress frames.
+    let quiet = TestServer::start_with(script(), |c| {
+        c.mcp.servers = vec![server_config("fixture", None, 10_000)];
+        c.policy.allowed_mcp_servers = vec!["fixture".into()];
+        c.agent.emit_mcp_progress = false;
+    })
+    .await;
+    let mut c = quiet.client().await;
+    c.chat(None, "count please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "mcp_progress").is_empty());
+    assert_eq!(last_result(&quiet), "counted to 3");
+    quiet.stop().await;
+}

@@ -198,6 +198,11 @@ async fn route_two_answers_with_media_parts_kept_in_the_thread() {
         (status, kind.as_str(), &wav[..4]),
         (200, "audio/wav", &b"RIFF"[..])
     );
+    assert_eq!(&wav[8..12], b"WAVE");
+    // Real speech: the data chunk's length over the byte rate is a plausible duration.
+    let byte_rate = u32::from_le_bytes([wav[28], wav[29], wav[30], wav[31]]);
+    let seconds = (wav.len() - 44) as f64 / f64::from(byte_rate);
+    assert!((0.5..10.0).contains(&seconds), "{seconds} s");
     // Players seek with ranges.
     let (status, _, part, range) = asset(&server, &audio, Some("bytes=0-99")).await;
     assert_eq!((status, part.len()), (206, 100));
