@@ -85,6 +85,9 @@ struct Server {
     reconnected: tokio::sync::Notify,
 }
 
+/// How long, at most, an answered call waits for progress reports still on their way.
+const PROGRESS_GRACE: Duration = Duration::from_millis(100);
+
 /// Backoff between reconnection attempts.
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const LAST_RETRY: Duration = Duration::from_secs(30);
@@ -334,9 +337,23 @@ impl McpTool {
         let mut progress = service.service().progress.subscribe(token).await;
         let response = handle.await_response();
         tokio::pin!(response);
+        // Whether the last progress seen said there is more to come.
+        let mut unfinished = false;
         loop {
             tokio::select! {
                 answer = &mut response => {
+                    // Progress and the answer travel apart: let a report sent just before the
+                    // answer still reach the user.
+                    let grace = tokio::time::Instant::now() + PROGRESS_GRACE;
+                    while unfinished {
+                        match tokio::time::timeout_at(grace, progress.next()).await {
+                            Ok(Some(update)) => {
+                                unfinished = update.total.is_some_and(|t| update.progress < t);
+                                ctx.progress(update.progress, update.total, update.message.clone());
+                            }
+                            _ => break,
+                        }
+                    }
                     return match answer.map_err(Failure::from)? {
                         ServerResult::CallToolResult(result) => {
                             let text = text_of(&result.content, result.structured_content.as_ref());
@@ -346,6 +363,7 @@ impl McpTool {
                     };
                 }
                 Some(update) = progress.next() => {
+                    unfinished = update.total.is_some_and(|t| update.progress < t);
                     ctx.progress(update.progress, update.total, update.message.clone());
                 }
                 () = ctx.cancel.cancelled() => {
