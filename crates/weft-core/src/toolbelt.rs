@@ -164,28 +164,33 @@ impl Toolbelt {
 
     /// The same toolbelt with `tool` added (replacing one of the same name).
     pub fn with(&self, tool: Arc<dyn Tool>) -> Toolbelt {
-        let added = Toolbelt::new(vec![tool]);
+        self.merged(&Toolbelt::new(vec![tool]))
+    }
+
+    /// This toolbelt's tools, then all of `other`'s (replacing any of the same name); no
+    /// schema is compiled again.
+    pub fn merged(&self, other: &Toolbelt) -> Toolbelt {
+        self.merged_keeping(other, |_| true)
+    }
+
+    fn merged_keeping(&self, other: &Toolbelt, keep: impl Fn(&str) -> bool) -> Toolbelt {
+        if other.is_empty() && self.entries.iter().all(|e| keep(e.tool.name())) {
+            return self.clone();
+        }
         let mut entries: Vec<Arc<ToolEntry>> = self
             .entries
             .iter()
-            .filter(|e| !added.contains(e.tool.name()))
+            .filter(|e| keep(e.tool.name()) && !other.contains(e.tool.name()))
             .cloned()
             .collect();
-        entries.extend(added.entries.iter().cloned());
+        entries.extend(other.entries.iter().cloned());
         Self::from_entries(entries)
     }
 
     /// This toolbelt's tools whose names do not start with `prefix`, then all of `other`'s
     /// (replacing any of the same name); no schema is compiled again.
     pub fn replacing_prefix(&self, prefix: &str, other: &Toolbelt) -> Toolbelt {
-        let mut entries: Vec<Arc<ToolEntry>> = self
-            .entries
-            .iter()
-            .filter(|e| !e.tool.name().starts_with(prefix) && !other.contains(e.tool.name()))
-            .cloned()
-            .collect();
-        entries.extend(other.entries.iter().cloned());
-        Self::from_entries(entries)
+        self.merged_keeping(other, |name| !name.starts_with(prefix))
     }
 
     /// The same toolbelt without one tool (e.g. `run_subtask` at the depth limit).

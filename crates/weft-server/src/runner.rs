@@ -160,20 +160,17 @@ pub async fn start_turn_with(
         // The client's own `ui_*` tools join editor turns (seed 000), after the agent's
         // allow-list: they are the page's, not the agent's.
         let timeout = std::time::Duration::from_millis(agent.client_tool_timeout_ms);
-        for tool in conn
+        let proxies = conn
             .client_tools
-            .proxies(&conn.user.id, &state.client_calls, timeout)
-        {
-            toolbelt = toolbelt.with(tool);
-        }
+            .proxies(&conn.user.id, &state.client_calls, timeout);
+        toolbelt = toolbelt.merged(&weft_core::Toolbelt::new(proxies));
     }
     // Long-term memory for this message: the tools, and what it recalls of the message.
     let memory = data.memory_enabled == Some(true);
     if memory {
         let knowledge: Arc<dyn KnowledgeBase> = state.knowledge.clone();
-        for tool in weft_tools::knowledge::memory_tools(&knowledge) {
-            toolbelt = toolbelt.with(tool);
-        }
+        let tools = weft_tools::knowledge::memory_tools(&knowledge);
+        toolbelt = toolbelt.merged(&weft_core::Toolbelt::new(tools));
     }
     let can_delegate = agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
     let mut system_prompt = mode.system_prompt(&toolbelt, permission_mode, can_delegate);
