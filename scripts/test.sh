@@ -10,11 +10,21 @@ for pair in chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver pkg
   [ -e "${pair#*:}" ] || missing+=("${pair%%:*}")
 done
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# A third-party MCP server (the reference "everything" server from npm, pinned by
+# mcp-fixtures/package-lock.json) for the MCP tests, over stdio and streamable HTTP.
+everything=mcp-fixtures/node_modules/@modelcontextprotocol/server-everything/package.json
+if [ ! -f "$everything" ] || [ mcp-fixtures/package-lock.json -nt "$everything" ]; then
+  echo "test.sh: installing the MCP test servers (npm ci)"
+  npm ci --prefix mcp-fixtures --no-audit --no-fund --loglevel=error
+  touch "$everything"
 fi
 
 # PostgreSQL: the store and server suites run against a real server (trust auth, database `test`).

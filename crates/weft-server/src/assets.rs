@@ -131,6 +131,7 @@ impl AssetStore {
             media_type: media_type.to_owned(),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
             source: source.map(str::to_owned),
+            sha256: Some(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))),
             created_at: now_ms(),
         };
         self.objects
@@ -202,6 +203,17 @@ pub async fn serve(
         Err(AssetError::NotFound) => return Err(not_found()),
         Err(e) => return Err(crate::rest::internal(e)),
     };
+    // The bytes' SHA-256 is their ETag: a client holding them gets 304 and no body.
+    let etag = asset.sha256.as_ref().map(|sha| format!("\"{sha}\""));
+    if let Some(etag) = &etag {
+        let held = headers
+            .get(header::IF_NONE_MATCH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+        if held {
+            return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag.clone())]).into_response());
+        }
+    }
     let size = u64::try_from(asset.size).unwrap_or(0);
     // One range (`bytes=a-b`, `a-`, `-n`) answers 206 with that slice; audio and video players
     // seek this way. A range outside the asset answers 416.
@@ -238,6 +250,9 @@ pub async fn serve(
         bytes,
     )
         .into_response();
+    if let Some(value) = etag.and_then(|e| header::HeaderValue::from_str(&e).ok()) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
     if status == StatusCode::PARTIAL_CONTENT {
         let value = format!("bytes {}-{}/{size}", range.start, range.end - 1);
         if let Ok(value) = header::HeaderValue::from_str(&value) {

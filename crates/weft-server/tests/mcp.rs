@@ -41,6 +41,15 @@ fn script() -> Value {
         {"match": "bonus", "steps": [call("o", "mcp__fixture__bonus", json!({})), {"text": "got it", "repeat": true}]},
         {"match": "fail", "steps": [call("f", "mcp__fixture__fail", json!({})), {"text": "failed", "repeat": true}]},
         {"match": "reader", "steps": [call("r", "mcp__reader__echo", json!({"text": "quiet"})), {"text": "read", "repeat": true}]},
+        {"match": "notes", "steps": [
+            call("n", "mcp__read_resource", json!({"server": "fixture", "uri": "fixture://notes/loom"})),
+            {"text": "read", "repeat": true}]},
+        {"match": "missing", "steps": [
+            call("m", "mcp__read_resource", json!({"server": "fixture", "uri": "fixture://nothing"})),
+            {"text": "none", "repeat": true}]},
+        {"match": "greet", "steps": [
+            call("g", "mcp__get_prompt", json!({"server": "fixture", "name": "greet", "arguments": {"name": "Ada"}})),
+            {"text": "greeted", "repeat": true}]},
         {"match": "*", "steps": [{"text": "ok", "repeat": true}]}
     ]})
 }
@@ -282,4 +291,68 @@ async fn plan_mode_refuses_mcp_tools_and_progress_can_be_off() {
     assert!(of_type(&frames, "mcp_progress").is_empty());
     assert_eq!(last_result(&quiet), "counted to 3");
     quiet.stop().await;
+}
+
+#[tokio::test]
+async fn resources_and_prompts_are_read_tools_listing_what_there_is() {
+    let server = start(10_000).await;
+    let mut c = server.client().await;
+    // Read tools: they run without asking even in Plan mode.
+    c.chat(None, "notes please", json!({"permission_mode": "plan"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "tool_approval_request").is_empty());
+    assert_eq!(
+        last_result(&server),
+        "A loom weaves weft threads through the warp."
+    );
+    let tools = server.provider.requests().pop().unwrap().tools;
+    let reader = tools
+        .iter()
+        .find(|t| t.name == "mcp__read_resource")
+        .unwrap();
+    assert!(
+        reader
+            .description
+            .contains("- fixture://notes/loom (loom notes, text/markdown): What a loom is"),
+        "{}",
+        reader.description
+    );
+    // Only allowed servers are offered (and `stranger` is not).
+    assert_eq!(
+        reader.parameters["properties"]["server"]["enum"],
+        json!(["fixture", "reader"])
+    );
+    let prompts = tools.iter().find(|t| t.name == "mcp__get_prompt").unwrap();
+    assert!(
+        prompts
+            .description
+            .contains("- greet(name): Greet someone by name"),
+        "{}",
+        prompts.description
+    );
+
+    c.chat(None, "greet please", json!({"permission_mode": "plan"}))
+        .await;
+    c.turn().await;
+    assert_eq!(last_result(&server), "user: Say hello to Ada, warmly.");
+
+    // A resource the server does not have is an error the model reads.
+    c.chat(None, "missing please", json!({"permission_mode": "plan"}))
+        .await;
+    let frames = c.turn().await;
+    let end = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .find(|f| f["status"] == "end")
+        .unwrap()
+        .clone();
+    assert_eq!(end["is_error"], true);
+    assert!(
+        end["result"]
+            .as_str()
+            .unwrap()
+            .contains("no resource fixture://nothing"),
+        "{end}"
+    );
+    server.stop().await;
 }

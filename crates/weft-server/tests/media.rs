@@ -180,6 +180,10 @@ async fn route_two_answers_with_media_parts_kept_in_the_thread() {
     let thread = frames[0]["thread_id"].as_str().unwrap();
 
     // Speech offline with espeak-ng (scripts/test.sh installs it), in the same thread.
+    assert!(
+        std::path::Path::new("/usr/bin/espeak-ng").exists(),
+        "espeak-ng is not installed: ./scripts/test.sh installs it"
+    );
     c.chat(
         Some(thread),
         "",
@@ -207,6 +211,25 @@ async fn route_two_answers_with_media_parts_kept_in_the_thread() {
     let (status, _, part, range) = asset(&server, &audio, Some("bytes=0-99")).await;
     assert_eq!((status, part.len()), (206, 100));
     assert_eq!(range.unwrap(), format!("bytes 0-99/{}", wav.len()));
+    // The bytes' SHA-256 is their ETag; a client that has them gets 304.
+    let sha = {
+        use sha2::Digest;
+        format!("\"{}\"", hex::encode(sha2::Sha256::digest(&wav)))
+    };
+    let response = reqwest::Client::new()
+        .get(server.url(&audio))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["etag"].to_str().unwrap(), sha);
+    let response = reqwest::Client::new()
+        .get(server.url(&audio))
+        .header("If-None-Match", &sha)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 304);
+    assert!(response.bytes().await.unwrap().is_empty());
     let (status, _, tail, _) = asset(&server, &audio, Some("bytes=-10")).await;
     assert_eq!((status, tail.as_slice()), (206, &wav[wav.len() - 10..]));
     let (status, _, _, range) =

@@ -10,8 +10,8 @@ impl Store {
     pub async fn insert_asset(&self, asset: &AssetRow) -> Result<()> {
         self.ensure_user(&asset.owner).await?;
         sqlx::query(
-            "INSERT INTO assets (id, owner, kind, media_type, size, source, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO assets (id, owner, kind, media_type, size, source, sha256, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&asset.id)
         .bind(&asset.owner)
@@ -19,6 +19,7 @@ impl Store {
         .bind(&asset.media_type)
         .bind(asset.size)
         .bind(&asset.source)
+        .bind(&asset.sha256)
         .bind(asset.created_at)
         .execute(&self.pool)
         .await?;

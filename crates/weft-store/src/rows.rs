@@ -244,12 +244,14 @@ pub struct AssetRow {
     pub size: i64,
     /// Where it came from (for an artifact, the tool call's id).
     pub source: Option<String>,
+    /// SHA-256 of the bytes, hex (none for assets kept before it was recorded).
+    pub sha256: Option<String>,
     pub created_at: i64,
 }
 
 impl AssetRow {
     pub(crate) const COLUMNS: &'static str =
-        "id, owner, kind, media_type, size, source, created_at";
+        "id, owner, kind, media_type, size, source, sha256, created_at";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(AssetRow {
@@ -259,6 +261,7 @@ impl AssetRow {
             media_type: get(row, "media_type")?,
             size: get(row, "size")?,
             source: get(row, "source")?,
+            sha256: get(row, "sha256")?,
             created_at: get(row, "created_at")?,
         })
     }

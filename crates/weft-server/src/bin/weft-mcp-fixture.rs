@@ -2,7 +2,8 @@
 //! (`[[mcp.servers]] name = "fixture", command = "weft-mcp-fixture"`): `echo {text}`,
 //! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result),
 //! `exit {}` (the process exits without answering), `reveal {}` (then lists `bonus {}` and
-//! tells the client its tools changed).
+//! tells the client its tools changed); a resource `fixture://notes/loom` and a prompt
+//! `greet {name}`.
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -14,6 +15,9 @@ use rmcp::{
     schemars, tool, tool_handler, tool_router, ErrorData, Peer, RoleServer, ServerHandler,
     ServiceExt,
 };
+
+const LOOM_URI: &str = "fixture://notes/loom";
+const LOOM_TEXT: &str = "A loom weaves weft threads through the warp.";
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 struct EchoArgs {
@@ -105,8 +109,73 @@ impl ServerHandler for Fixture {
         Ok(rmcp::model::ListToolsResult::with_all_items(tools))
     }
 
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let loom = rmcp::model::Resource::new(LOOM_URI, "loom notes")
+            .with_mime_type("text/markdown")
+            .with_description("What a loom is");
+        Ok(rmcp::model::ListResourcesResult::with_all_items(vec![loom]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        if request.uri != LOOM_URI {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {}", request.uri),
+                None,
+            ));
+        }
+        let text = rmcp::model::ResourceContents::text(LOOM_TEXT, LOOM_URI);
+        Ok(rmcp::model::ReadResourceResult::new(vec![text]).into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        let greet = rmcp::model::Prompt::new(
+            "greet",
+            Some("Greet someone by name"),
+            Some(vec![
+                rmcp::model::PromptArgument::new("name").with_required(true)
+            ]),
+        );
+        Ok(rmcp::model::ListPromptsResult::with_all_items(vec![greet]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let name = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| ErrorData::invalid_params("`name` is required", None))?;
+        let message = rmcp::model::PromptMessage::new_text(
+            rmcp::model::Role::User,
+            format!("Say hello to {name}, warmly."),
+        );
+        Ok(rmcp::model::GetPromptResult::new(vec![message]).into())
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
     }
 }
 

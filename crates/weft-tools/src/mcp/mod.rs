@@ -1,0 +1,160 @@
+//! MCP servers as tools (`rmcp`): each configured server the policy allows is started (stdio:
+//! a child process) or reached (streamable HTTP) at start-up, its tools listed and offered as
+//! `mcp__<server>__<tool>` with the server's category (default `external`: they ask in
+//! Default mode), its resources and prompts through `mcp__read_resource` and
+//! `mcp__get_prompt` (read). A call has a timeout, is cancelled on the server when the turn
+//! stops, and its progress notifications become `mcp_progress` frames. A server whose
+//! connection drops (a child process that died) is reconnected with backoff; calls meanwhile
+//! wait for it. A server that says its lists changed is listed again.
+
+mod catalog;
+mod server;
+mod tool;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use weft_core::Tool;
+use weft_protocol::ToolCategory;
+
+pub use catalog::{GET_PROMPT, READ_RESOURCE};
+use server::{Catalog, Server};
+
+/// `[[mcp.servers]]`: a child process (`command`, `args`, `env`) or a URL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub name: String,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub url: Option<String>,
+    /// What its tools do, for the gate (default `external`).
+    #[serde(default)]
+    pub category: Option<ToolCategory>,
+    /// How long one call may take.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_timeout_ms() -> u64 {
+    60_000
+}
+
+/// What one server offers now.
+struct Offer {
+    server: Arc<Server>,
+    tools: Vec<Arc<dyn Tool>>,
+    catalog: Catalog,
+}
+
+/// Per server, in configuration order, and the catalog tools made from them all.
+#[derive(Default)]
+struct Offers {
+    servers: Vec<Offer>,
+    catalog_tools: Vec<Arc<dyn Tool>>,
+}
+
+/// The connected servers' tools, kept current: a server that says its tools, resources or
+/// prompts changed is listed again, and [`McpTools::version`] moves on.
+#[derive(Default)]
+pub struct McpTools {
+    offers: parking_lot::RwLock<Offers>,
+    version: AtomicU64,
+}
+
+impl McpTools {
+    /// Every server's tools as they are now, then the resource and prompt tools.
+    pub fn current(&self) -> Vec<Arc<dyn Tool>> {
+        let offers = self.offers.read();
+        offers
+            .servers
+            .iter()
+            .flat_map(|offer| offer.tools.iter().cloned())
+            .chain(offers.catalog_tools.iter().cloned())
+            .collect()
+    }
+
+    /// Changes whenever a server's tools do.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst)
+    }
+
+    fn replace(&self, offer: Offer) {
+        let mut offers = self.offers.write();
+        let Offers {
+            servers: all,
+            catalog_tools,
+        } = &mut *offers;
+        match all.iter_mut().find(|o| o.server.name == offer.server.name) {
+            Some(slot) => *slot = offer,
+            None => all.push(offer),
+        }
+        let catalogs: Vec<(Arc<Server>, Catalog)> = all
+            .iter()
+            .map(|o| (o.server.clone(), o.catalog.clone()))
+            .collect();
+        *catalog_tools = catalog::tools(&catalogs);
+        self.version.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Connect to every server `allowed` names, and list what they offer. A server that cannot
+/// be reached is logged and left out; the others still work.
+pub async fn connect(configs: &[McpServerConfig], allowed: &[String]) -> Arc<McpTools> {
+    let hub = Arc::new(McpTools::default());
+    for config in configs {
+        if !allowed.contains(&config.name) {
+            tracing::info!(server = %config.name, "MCP server not in policy.allowed_mcp_servers: left out");
+            continue;
+        }
+        match Server::open(config).await {
+            Ok(server) => match offer(&server).await {
+                Ok(offer) => {
+                    hub.replace(offer);
+                    refresh_on_change(&hub, server);
+                }
+                Err(e) => {
+                    tracing::warn!(server = %config.name, error = %e, "cannot list what the MCP server offers")
+                }
+            },
+            Err(e) => tracing::warn!(server = %config.name, error = %e, "MCP server unavailable"),
+        }
+    }
+    hub
+}
+
+/// What `server` offers: its tools, resources and prompts.
+async fn offer(server: &Arc<Server>) -> Result<Offer, String> {
+    Ok(Offer {
+        server: server.clone(),
+        tools: tool::list(server).await?,
+        catalog: server.catalog().await?,
+    })
+}
+
+/// List `server` again each time it says what it offers changed (while the hub lives).
+fn refresh_on_change(hub: &Arc<McpTools>, server: Arc<Server>) {
+    let hub = Arc::downgrade(hub);
+    tokio::spawn(async move {
+        loop {
+            server.changed.notified().await;
+            let Some(hub) = hub.upgrade() else { break };
+            match offer(&server).await {
+                Ok(offer) => {
+                    tracing::info!(server = %server.name, tools = offer.tools.len(), "MCP offer changed");
+                    hub.replace(offer);
+                }
+                Err(e) => {
+                    tracing::warn!(server = %server.name, error = %e, "cannot list what the MCP server offers")
+                }
+            }
+        }
+    });
+}

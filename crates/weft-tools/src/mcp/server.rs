@@ -1,0 +1,224 @@
+//! One MCP server's connection: started (a child process) or reached (streamable HTTP),
+//! reconnected with backoff when it drops, and asked for what it offers (tools, resources,
+//! resource templates, prompts).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{ProgressNotificationParam, Prompt, Resource, ResourceTemplate};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use tokio::sync::{Notify, RwLock};
+use weft_core::ToolContext;
+use weft_protocol::ToolCategory;
+
+use super::McpServerConfig;
+
+/// The client side: progress notifications go to whoever waits for that token; a changed
+/// list (tools, resources or prompts) wakes the server's refresher.
+pub(super) struct Handler {
+    pub(super) progress: ProgressDispatcher,
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+}
+
+pub(super) type Service = RunningService<RoleClient, Handler>;
+
+/// Backoff between reconnection attempts.
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const LAST_RETRY: Duration = Duration::from_secs(30);
+
+/// What a server offers besides its tools (empty where it has no such capability).
+#[derive(Default, Clone)]
+pub(super) struct Catalog {
+    pub(super) resources: Vec<Resource>,
+    pub(super) templates: Vec<ResourceTemplate>,
+    pub(super) prompts: Vec<Prompt>,
+}
+
+/// One server: its connection (none while it is being reconnected).
+pub(super) struct Server {
+    pub(super) name: String,
+    pub(super) category: ToolCategory,
+    pub(super) timeout: Duration,
+    config: McpServerConfig,
+    /// Notified when the server says its tools, resources or prompts changed.
+    pub(super) changed: Arc<Notify>,
+    service: RwLock<Option<Arc<Service>>>,
+    reconnecting: AtomicBool,
+    reconnected: Notify,
+}
+
+impl Server {
+    /// Start (or reach) the server and complete the MCP handshake.
+    pub(super) async fn open(config: &McpServerConfig) -> Result<Arc<Server>, String> {
+        let changed = Arc::new(Notify::new());
+        let service = start(config, &changed).await?;
+        tracing::info!(server = %config.name, "MCP server connected");
+        Ok(Arc::new(Server {
+            name: config.name.clone(),
+            category: config.category.unwrap_or(ToolCategory::External),
+            timeout: Duration::from_millis(config.timeout_ms),
+            config: config.clone(),
+            changed,
+            service: RwLock::new(Some(Arc::new(service))),
+            reconnecting: AtomicBool::new(false),
+            reconnected: Notify::new(),
+        }))
+    }
+
+    /// The live connection, waiting (up to the call timeout) while it is being remade.
+    pub(super) async fn current(&self) -> Result<Arc<Service>, String> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let waiting = self.reconnected.notified();
+            if let Some(service) = self.service.read().await.clone() {
+                return Ok(service);
+            }
+            if tokio::time::timeout_at(deadline, waiting).await.is_err() {
+                return Err("the server is down and not back yet".to_owned());
+            }
+        }
+    }
+
+    /// Drop a dead connection and reconnect in the background, with backoff.
+    pub(super) fn reconnect(self: &Arc<Self>, dead: &Arc<Service>) {
+        let server = self.clone();
+        let dead = dead.clone();
+        tokio::spawn(async move {
+            {
+                let mut slot = server.service.write().await;
+                if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &dead)) {
+                    *slot = None;
+                }
+            }
+            if server.reconnecting.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            let mut wait = FIRST_RETRY;
+            loop {
+                match start(&server.config, &server.changed).await {
+                    Ok(service) => {
+                        tracing::info!(server = %server.name, "MCP server reconnected");
+                        *server.service.write().await = Some(Arc::new(service));
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %server.name, error = %e, ?wait, "MCP server still down");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(LAST_RETRY);
+                    }
+                }
+            }
+            server.reconnecting.store(false, Ordering::SeqCst);
+            server.reconnected.notify_waiters();
+        });
+    }
+
+    /// One request to the server, bounded by its timeout and the turn's stop; a dropped
+    /// connection is remade in the background and the request fails saying so.
+    pub(super) async fn request<T, F, Fut>(
+        self: &Arc<Self>,
+        ctx: &ToolContext,
+        ask: F,
+    ) -> Result<T, String>
+    where
+        F: FnOnce(Arc<Service>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
+        let service = self.current().await?;
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(self.timeout, ask(service.clone())) => answer,
+            () = ctx.cancel.cancelled() => return Err("cancelled".to_owned()),
+        };
+        match answer {
+            Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if is_connection_lost(&e) => {
+                self.reconnect(&service);
+                Err(format!(
+                    "the connection to the server was lost ({e}); it is being restarted"
+                ))
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+        }
+    }
+
+    /// Its resources, resource templates and prompts, for those it says it has.
+    pub(super) async fn catalog(&self) -> Result<Catalog, String> {
+        let service = self.current().await?;
+        let capabilities = service
+            .peer_info()
+            .map(|info| info.capabilities.clone())
+            .unwrap_or_default();
+        let mut catalog = Catalog::default();
+        let failed = |e: rmcp::ServiceError| e.to_string();
+        if capabilities.resources.is_some() {
+            catalog.resources = service.list_all_resources().await.map_err(failed)?;
+            catalog.templates = service
+                .list_all_resource_templates()
+                .await
+                .map_err(failed)?;
+        }
+        if capabilities.prompts.is_some() {
+            catalog.prompts = service.list_all_prompts().await.map_err(failed)?;
+        }
+        Ok(catalog)
+    }
+}
+
+/// Whether an error means the connection itself is gone (and should be remade).
+pub(super) fn is_connection_lost(error: &rmcp::ServiceError) -> bool {
+    matches!(
+        error,
+        rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+    )
+}
+
+/// Start (or reach) the server and complete the MCP handshake.
+async fn start(config: &McpServerConfig, changed: &Arc<Notify>) -> Result<Service, String> {
+    let handler = || Handler {
+        progress: ProgressDispatcher::new(),
+        changed: changed.clone(),
+    };
+    Ok(match (&config.command, &config.url) {
+        (Some(command), None) => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(&config.args).envs(&config.env);
+            let transport = TokioChildProcess::new(cmd).map_err(|e| e.to_string())?;
+            handler()
+                .serve(transport)
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        (None, Some(url)) => handler()
+            .serve(StreamableHttpClientTransport::from_uri(url.as_str()))
+            .await
+            .map_err(|e| e.to_string())?,
+        _ => return Err("give exactly one of `command` and `url`".to_owned()),
+    })
+}

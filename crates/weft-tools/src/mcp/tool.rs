@@ -1,0 +1,247 @@
+//! A server's tool as a Weft tool, `mcp__<server>__<tool>`: a call with the server's timeout,
+//! cancelled on the server when the turn stops, its progress notifications reported as they
+//! come, its content blocks turned into text the model can read.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientNotification, ClientRequest,
+    ContentBlock, Notification, Request, ResourceContents, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use serde_json::{Map, Value};
+use weft_core::{Tool, ToolContext, ToolError};
+use weft_protocol::{PolicyClass, ToolCategory};
+
+use super::server::{is_connection_lost, Server, Service};
+
+/// How long, at most, an answered call waits for progress reports still on their way.
+const PROGRESS_GRACE: Duration = Duration::from_millis(100);
+
+/// The server's tools, as Weft tools.
+pub(super) async fn list(server: &Arc<Server>) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let service = server.current().await?;
+    let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
+    Ok(listed
+        .into_iter()
+        .map(|tool| {
+            Arc::new(McpTool {
+                name: format!("mcp__{}__{}", server.name, tool.name),
+                remote_name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                schema: Value::Object((*tool.input_schema).clone()),
+                server: server.clone(),
+            }) as Arc<dyn Tool>
+        })
+        .collect())
+}
+
+struct McpTool {
+    /// `mcp__<server>__<tool>`.
+    name: String,
+    /// The tool's name on its server.
+    remote_name: String,
+    description: String,
+    schema: Value,
+    server: Arc<Server>,
+}
+
+impl McpTool {
+    async fn run(&self, args: Map<String, Value>, ctx: &ToolContext) -> Result<String, String> {
+        let service = self.server.current().await?;
+        match self.call(&service, args, ctx).await {
+            Err(Failure::Connection(e)) => {
+                self.server.reconnect(&service);
+                Err(format!(
+                    "the connection to the server was lost ({e}); it is being restarted"
+                ))
+            }
+            Err(Failure::Call(e)) => Err(e),
+            Ok(text) => Ok(text),
+        }
+    }
+
+    async fn call(
+        &self,
+        service: &Service,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<String, Failure> {
+        let peer = service.peer();
+        let request = ClientRequest::CallToolRequest(Request::new(
+            CallToolRequestParams::new(self.remote_name.clone()).with_arguments(args),
+        ));
+        let mut options = PeerRequestOptions::no_options();
+        options.timeout = Some(self.server.timeout);
+        let handle = peer
+            .send_cancellable_request(request, options)
+            .await
+            .map_err(Failure::from)?;
+        let (id, token) = (handle.id.clone(), handle.progress_token.clone());
+        let mut progress = service.service().progress.subscribe(token).await;
+        let response = handle.await_response();
+        tokio::pin!(response);
+        // Whether the last progress seen said there is more to come.
+        let mut unfinished = false;
+        loop {
+            tokio::select! {
+                answer = &mut response => {
+                    // Progress and the answer travel apart: let a report sent just before the
+                    // answer still reach the user.
+                    let grace = tokio::time::Instant::now() + PROGRESS_GRACE;
+                    while unfinished {
+                        match tokio::time::timeout_at(grace, progress.next()).await {
+                            Ok(Some(update)) => {
+                                unfinished = update.total.is_some_and(|t| update.progress < t);
+                                ctx.progress(update.progress, update.total, update.message.clone());
+                            }
+                            _ => break,
+                        }
+                    }
+                    return match answer.map_err(Failure::from)? {
+                        ServerResult::CallToolResult(result) => {
+                            let text = text_of(&result.content, result.structured_content.as_ref());
+                            if result.is_error == Some(true) { Err(Failure::Call(text)) } else { Ok(text) }
+                        }
+                        other => Err(Failure::Call(format!("unexpected answer: {other:?}"))),
+                    };
+                }
+                Some(update) = progress.next() => {
+                    unfinished = update.total.is_some_and(|t| update.progress < t);
+                    ctx.progress(update.progress, update.total, update.message.clone());
+                }
+                () = ctx.cancel.cancelled() => {
+                    let notice = ClientNotification::CancelledNotification(Notification::new(
+                        CancelledNotificationParam::new(Some(id), Some("the turn stopped".to_owned())),
+                    ));
+                    let _ = peer.send_notification(notice).await;
+                    return Err(Failure::Call("cancelled".to_owned()));
+                }
+            }
+        }
+    }
+}
+
+/// Why a call gave no result: the call itself, or the connection under it.
+enum Failure {
+    Call(String),
+    Connection(String),
+}
+
+impl From<rmcp::ServiceError> for Failure {
+    fn from(error: rmcp::ServiceError) -> Self {
+        if is_connection_lost(&error) {
+            Failure::Connection(error.to_string())
+        } else {
+            Failure::Call(error.to_string())
+        }
+    }
+}
+
+/// The text of a result: every block as text (binary ones described), else its structured
+/// content.
+pub(super) fn text_of(content: &[ContentBlock], structured: Option<&Value>) -> String {
+    if content.is_empty() {
+        return structured.map(Value::to_string).unwrap_or_default();
+    }
+    content
+        .iter()
+        .map(block_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One content block as text: text as it is, binary content described by type and size.
+pub(super) fn block_text(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(text) => text.text.clone(),
+        ContentBlock::Image(image) => binary("image", &image.mime_type, &image.data),
+        ContentBlock::Audio(audio) => binary("audio", &audio.mime_type, &audio.data),
+        ContentBlock::Resource(embedded) => contents_text(&embedded.resource),
+        ContentBlock::ResourceLink(link) => format!(
+            "[resource link: {} ({}){}]",
+            link.uri,
+            link.name,
+            link.description
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        ),
+        _ => "[content of a kind this client does not know]".to_owned(),
+    }
+}
+
+/// A resource's contents as text: its text, or a description of its bytes.
+pub(super) fn contents_text(contents: &ResourceContents) -> String {
+    match contents {
+        ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        ResourceContents::BlobResourceContents {
+            uri,
+            mime_type,
+            blob,
+            ..
+        } => {
+            let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
+            match textual(mime, blob) {
+                Some(text) => text,
+                None => format!("{} at {uri}", binary("binary content", mime, blob)),
+            }
+        }
+        _ => "[resource contents of a kind this client does not know]".to_owned(),
+    }
+}
+
+/// The text a base64 blob holds, when its type says text and it is UTF-8.
+fn textual(mime: &str, blob: &str) -> Option<String> {
+    use base64::Engine as _;
+    let texty = mime.starts_with("text/") || mime.ends_with("json") || mime.ends_with("xml");
+    if !texty {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// `[<what> <mime>, <n> bytes]` for base64 `data`.
+fn binary(what: &str, mime: &str, data: &str) -> String {
+    format!("[{what} {mime}, {} bytes, not shown]", data.len() / 4 * 3)
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn policy_class(&self) -> PolicyClass {
+        PolicyClass::Network
+    }
+
+    fn category(&self) -> ToolCategory {
+        self.server.category
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args = match args {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            _ => return Err(ToolError::model("arguments must be an object")),
+        };
+        self.run(args, ctx)
+            .await
+            .map_err(|e| ToolError::model(format!("{} (MCP server `{}`)", e, self.server.name)))
+    }
+}
