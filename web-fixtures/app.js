@@ -283,12 +283,17 @@ function mediaView(url, mimeType) {
   return null;
 }
 
+/// A result with one file (`url`, `mime_type`) or several (`assets`, as MCP tools return them).
 function showImage(card, result) {
   let value;
   try { value = JSON.parse(result); } catch { return; }
-  if (!value || typeof value.url !== "string") return;
-  const view = mediaView(value.url, String(value.mime_type || ""));
-  if (view) card.querySelector(":scope > .body").append(view);
+  if (!value || typeof value !== "object") return;
+  const files = Array.isArray(value.assets) ? value.assets : [value];
+  for (const file of files) {
+    if (!file || typeof file.url !== "string") continue;
+    const view = mediaView(file.url, String(file.mime_type || ""));
+    if (view) card.querySelector(":scope > .body").append(view);
+  }
 }
 
 /// Knowledge hits become the answer's numbered sources (deduplicated by document and text).

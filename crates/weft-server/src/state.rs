@@ -157,8 +157,12 @@ impl AppState {
         tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
         let sink: Arc<dyn weft_tools::web::AssetSink> = assets.clone();
         let media = Arc::new(Media::from_config(&config.media).map_err(StartupError::Config)?);
-        let mcp =
-            weft_tools::mcp::connect(&config.mcp.servers, &config.policy.allowed_mcp_servers).await;
+        let mcp = weft_tools::mcp::connect(
+            &config.mcp.servers,
+            &config.policy.allowed_mcp_servers,
+            Some(sink.clone()),
+        )
+        .await;
         let mcp_version = mcp.version();
         tools.extend(mcp.current());
         tools.extend(media.tools(&sink));

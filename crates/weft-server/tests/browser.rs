@@ -669,10 +669,11 @@ async fn spoken_audio_plays_in_its_card() {
 }
 
 #[tokio::test]
-async fn an_mcp_tool_card_shows_live_progress() {
+async fn an_mcp_tool_card_shows_live_progress_and_images() {
     let _one = ONE_BROWSER.lock().await;
     let script = json!({"conversations": [{"match": "*", "steps": [
         {"tool_calls": [{"name": "mcp__fixture__count", "arguments": {"n": 30}}]},
+        {"tool_calls": [{"name": "mcp__fixture__picture", "arguments": {}}]},
         {"text": "Counted.", "repeat": true}]}]});
     let server = TestServer::start_with(script, |c| {
         c.mcp.servers = vec![weft_tools::mcp::McpServerConfig {
@@ -700,6 +701,9 @@ async fn an_mcp_tool_card_shows_live_progress() {
     assert!(text.as_str().unwrap().starts_with("step "), "{text}");
     b.shot("mcp-progress").await;
     b.wait(&format!("{ANSWER} === 'Counted.'")).await;
+    // The image the next MCP tool returned was kept as an asset and shows in its card.
+    let width = "(() => { const i = document.querySelector(\".tool-card[data-name='mcp__fixture__picture'] img.result-image\"); return i && i.complete && i.naturalWidth; })()";
+    assert_eq!(b.wait(width).await.as_f64().unwrap(), 8.0);
     b.close().await;
     server.stop().await;
 }

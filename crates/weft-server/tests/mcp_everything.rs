@@ -108,6 +108,7 @@ fn script() -> Value {
         {"match": "prompt", "steps": [
             call("p", "mcp__get_prompt", json!({"server": "everything", "name": "args-prompt", "arguments": {"city": "Lyon"}})),
             {"text": "prompted", "repeat": true}]},
+        {"match": "image", "steps": [call("i", "mcp__everything__get-tiny-image", json!({})), {"text": "shown", "repeat": true}]},
         {"match": "*", "steps": [{"text": "ok", "repeat": true}]}
     ]})
 }
@@ -237,6 +238,33 @@ async fn exercise(server: &TestServer) {
     assert!(result.contains("user: What's weather in Lyon?"), "{result}");
 }
 
+/// An image a tool returns is kept as the caller's asset, and the result points at it.
+async fn image_becomes_an_asset(server: &TestServer) {
+    let mut c = server.client().await;
+    c.chat(None, "image please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let (is_error, result, _) = end_of(&frames);
+    assert!(!is_error, "{result}");
+    let result: Value = serde_json::from_str(&result).unwrap();
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("The image above is the MCP logo."),
+        "{result}"
+    );
+    let asset = &result["assets"][0];
+    assert_eq!(asset["mime_type"], "image/png");
+    let response = reqwest::get(server.url(asset["url"].as_str().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers()["content-type"], "image/png");
+    let png = response.bytes().await.unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
 /// The progress frames of a long-running operation (3 steps).
 async fn progress_frames(server: &TestServer) -> Vec<Value> {
     let mut c = server.client().await;
@@ -259,6 +287,7 @@ async fn progress_frames(server: &TestServer) -> Vec<Value> {
 async fn the_everything_server_over_stdio() {
     let server = start(stdio_config(), true).await;
     exercise(&server).await;
+    image_becomes_an_asset(&server).await;
     let progress = progress_frames(&server).await;
     let steps: Vec<(f64, f64)> = progress
         .iter()

@@ -2,7 +2,7 @@
 //! (`[[mcp.servers]] name = "fixture", command = "weft-mcp-fixture"`): `echo {text}`,
 //! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result),
 //! `exit {}` (the process exits without answering), `reveal {}` (then lists `bonus {}` and
-//! tells the client its tools changed); a resource `fixture://notes/loom` and a prompt
+//! tells the client its tools changed), `picture {}` (an image); a resource `fixture://notes/loom` and a prompt
 //! `greet {name}`.
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -15,6 +15,10 @@ use rmcp::{
     schemars, tool, tool_handler, tool_router, ErrorData, Peer, RoleServer, ServerHandler,
     ServiceExt,
 };
+
+/// An 8×8 red PNG, base64.
+const RED_SQUARE_PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGM4YGCAFTEMLQkARmxIAeJ265UAAAAASUVORK5CYII=";
 
 const LOOM_URI: &str = "fixture://notes/loom";
 const LOOM_TEXT: &str = "A loom weaves weft threads through the warp.";
@@ -86,6 +90,14 @@ impl Fixture {
     #[tool(description = "A tool that appears after `reveal`")]
     fn bonus(&self) -> String {
         "bonus!".to_owned()
+    }
+
+    #[tool(description = "A small red square (an image result)")]
+    fn picture(&self) -> CallToolResult {
+        CallToolResult::success(vec![
+            ContentBlock::text("a red square"),
+            ContentBlock::image(RED_SQUARE_PNG, "image/png"),
+        ])
     }
 
     #[tool(description = "Always fails")]

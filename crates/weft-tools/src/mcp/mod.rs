@@ -106,15 +106,20 @@ impl McpTools {
 }
 
 /// Connect to every server `allowed` names, and list what they offer. A server that cannot
-/// be reached is logged and left out; the others still work.
-pub async fn connect(configs: &[McpServerConfig], allowed: &[String]) -> Arc<McpTools> {
+/// be reached is logged and left out; the others still work. Images and audio their tools
+/// return are kept in `assets`.
+pub async fn connect(
+    configs: &[McpServerConfig],
+    allowed: &[String],
+    assets: Option<Arc<dyn crate::web::AssetSink>>,
+) -> Arc<McpTools> {
     let hub = Arc::new(McpTools::default());
     for config in configs {
         if !allowed.contains(&config.name) {
             tracing::info!(server = %config.name, "MCP server not in policy.allowed_mcp_servers: left out");
             continue;
         }
-        match Server::open(config).await {
+        match Server::open(config, assets.clone()).await {
             Ok(server) => match offer(&server).await {
                 Ok(offer) => {
                     hub.replace(offer);

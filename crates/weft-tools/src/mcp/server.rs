@@ -16,6 +16,7 @@ use weft_core::ToolContext;
 use weft_protocol::ToolCategory;
 
 use super::McpServerConfig;
+use crate::web::AssetSink;
 
 /// The client side: progress notifications go to whoever waits for that token; a changed
 /// list (tools, resources or prompts) wakes the server's refresher.
@@ -65,6 +66,8 @@ pub(super) struct Server {
     pub(super) name: String,
     pub(super) category: ToolCategory,
     pub(super) timeout: Duration,
+    /// Where images and audio its tools return are kept (none: they are only described).
+    pub(super) assets: Option<Arc<dyn AssetSink>>,
     config: McpServerConfig,
     /// Notified when the server says its tools, resources or prompts changed.
     pub(super) changed: Arc<Notify>,
@@ -75,7 +78,10 @@ pub(super) struct Server {
 
 impl Server {
     /// Start (or reach) the server and complete the MCP handshake.
-    pub(super) async fn open(config: &McpServerConfig) -> Result<Arc<Server>, String> {
+    pub(super) async fn open(
+        config: &McpServerConfig,
+        assets: Option<Arc<dyn AssetSink>>,
+    ) -> Result<Arc<Server>, String> {
         let changed = Arc::new(Notify::new());
         let service = start(config, &changed).await?;
         tracing::info!(server = %config.name, "MCP server connected");
@@ -83,6 +89,7 @@ impl Server {
             name: config.name.clone(),
             category: config.category.unwrap_or(ToolCategory::External),
             timeout: Duration::from_millis(config.timeout_ms),
+            assets,
             config: config.clone(),
             changed,
             service: RwLock::new(Some(Arc::new(service))),

@@ -12,7 +12,7 @@ use rmcp::model::{
     ContentBlock, Notification, Request, ResourceContents, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
@@ -104,7 +104,11 @@ impl McpTool {
                     return match answer.map_err(Failure::from)? {
                         ServerResult::CallToolResult(result) => {
                             let text = text_of(&result.content, result.structured_content.as_ref());
-                            if result.is_error == Some(true) { Err(Failure::Call(text)) } else { Ok(text) }
+                            if result.is_error == Some(true) {
+                                Err(Failure::Call(text))
+                            } else {
+                                Ok(self.keep_media(&result.content, text, ctx).await)
+                            }
                         }
                         other => Err(Failure::Call(format!("unexpected answer: {other:?}"))),
                     };
@@ -122,6 +126,53 @@ impl McpTool {
                 }
             }
         }
+    }
+}
+
+impl McpTool {
+    /// Images and audio in a result are kept as assets (when there is a store): the result is
+    /// then `{"content": <text>, "assets": [{"asset_id", "url", "mime_type"}]}`, so clients
+    /// can show them; otherwise it is the text alone.
+    async fn keep_media(
+        &self,
+        content: &[ContentBlock],
+        text: String,
+        ctx: &ToolContext,
+    ) -> String {
+        use base64::Engine as _;
+        let Some(sink) = &self.server.assets else {
+            return text;
+        };
+        let mut kept = Vec::new();
+        let mut notes = Vec::new();
+        for block in content {
+            let (kind, mime, data) = match block {
+                ContentBlock::Image(image) => ("image", &image.mime_type, &image.data),
+                ContentBlock::Audio(audio) => ("audio", &audio.mime_type, &audio.data),
+                _ => continue,
+            };
+            let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data) else {
+                notes.push(format!("an {kind} block was not valid base64"));
+                continue;
+            };
+            match sink
+                .put(&ctx.user_id, kind, mime, &ctx.tool_call_id, bytes)
+                .await
+            {
+                Ok(id) => kept.push(
+                    json!({"asset_id": id, "url": format!("/assets/{id}"), "mime_type": mime}),
+                ),
+                Err(e) => notes.push(format!("an {kind} could not be kept: {e}")),
+            }
+        }
+        if kept.is_empty() && notes.is_empty() {
+            return text;
+        }
+        let mut answer = json!({"content": text, "assets": kept});
+        if !notes.is_empty() {
+            answer["notes"] = json!(notes);
+        }
+        answer.to_string()
     }
 }
 
