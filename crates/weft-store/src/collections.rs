@@ -262,35 +262,85 @@ impl Store {
         if terms.is_empty() || collections.is_empty() {
             return Ok(Vec::new());
         }
+        match self.backend {
+            Backend::Postgres => self.search_chunks_postgres(collections, &terms, k).await,
+            Backend::Sqlite => self.search_chunks_sqlite(collections, &terms, k).await,
+        }
+    }
+
+    /// SQLite's search: FTS5 ranked by `bm25`, which weighs words by their rarity itself.
+    async fn search_chunks_sqlite(
+        &self,
+        collections: &[String],
+        terms: &[String],
+        k: usize,
+    ) -> Result<Vec<ChunkHit>> {
         let ids = placeholders(2, collections.len());
         let limit = collections.len() + 2;
-        let sql = match self.backend {
-            Backend::Postgres => format!(
-                "SELECT c.seq, c.collection_id, c.document_id, d.title, c.text, \
-                 ts_rank(c.tsv, q)::float8 AS score \
-                 FROM chunks c JOIN documents d ON d.id = c.document_id, \
-                 to_tsquery('english', $1) q \
-                 WHERE c.tsv @@ q AND c.collection_id IN ({ids}) \
-                 ORDER BY score DESC, c.seq LIMIT ${limit}"
-            ),
-            Backend::Sqlite => format!(
-                "SELECT c.seq, c.collection_id, c.document_id, d.title, c.text, \
+        let sql = format!(
+            "SELECT c.seq, c.collection_id, c.document_id, d.title, c.text, \
                  -bm25(chunks_fts) AS score \
                  FROM chunks_fts JOIN chunks c ON c.seq = chunks_fts.rowid \
                  JOIN documents d ON d.id = c.document_id \
                  WHERE chunks_fts MATCH $1 AND c.collection_id IN ({ids}) \
                  ORDER BY score DESC, c.seq LIMIT ${limit}"
-            ),
-        };
-        let expression = match self.backend {
-            Backend::Postgres => terms.join(" | "),
-            Backend::Sqlite => terms
-                .iter()
-                .map(|t| format!("\"{t}\""))
-                .collect::<Vec<_>>()
-                .join(" OR "),
-        };
+        );
+        let expression = terms
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ");
         let mut q = sqlx::query(&sql).bind(expression);
+        for id in collections {
+            q = q.bind(id);
+        }
+        let rows = q
+            .bind(i64::try_from(k).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(hit).collect()
+    }
+
+    /// PostgreSQL's search: the best `k` chunks holding one of the query's rarer words (those
+    /// not in the corpus's common words), ranked by `ts_rank` over all of its words; when
+    /// there are fewer than `k`, the best of the chunks matching only common words follow.
+    /// Ranking a common word's thousands of chunks is what made a query slow.
+    async fn search_chunks_postgres(
+        &self,
+        collections: &[String],
+        terms: &[String],
+        k: usize,
+    ) -> Result<Vec<ChunkHit>> {
+        let common = self.common_terms().await;
+        let ids = placeholders(4, collections.len());
+        let limit = collections.len() + 4;
+        let sql = format!(
+            "WITH q AS MATERIALIZED ( \
+               SELECT to_tsquery('english', $1) AS all_words, \
+                 coalesce((SELECT to_tsquery('simple', string_agg(quote_literal(l), ' | ')) \
+                           FROM unnest(tsvector_to_array(to_tsvector('english', $2))) l \
+                           WHERE l <> ALL (string_to_array($3, ' '))), \
+                          to_tsquery('english', $1)) AS rare_words), \
+             rare AS ( \
+               SELECT c.seq, ts_rank(c.tsv, q.all_words)::float8 AS score FROM chunks c, q \
+               WHERE c.tsv @@ q.rare_words AND c.collection_id IN ({ids}) \
+               ORDER BY score DESC, c.seq LIMIT ${limit}), \
+             rest AS ( \
+               SELECT c.seq, ts_rank(c.tsv, q.all_words)::float8 AS score FROM chunks c, q \
+               WHERE (SELECT count(*) FROM rare) < ${limit} \
+               AND c.tsv @@ q.all_words AND NOT (c.tsv @@ q.rare_words) \
+               AND c.collection_id IN ({ids}) \
+               ORDER BY score DESC, c.seq LIMIT ${limit}) \
+             SELECT c.seq, c.collection_id, c.document_id, d.title, c.text, h.score \
+             FROM (SELECT seq, score, 0 AS tier FROM rare \
+                   UNION ALL SELECT seq, score, 1 AS tier FROM rest) h \
+             JOIN chunks c ON c.seq = h.seq JOIN documents d ON d.id = c.document_id \
+             ORDER BY h.tier, h.score DESC, h.seq LIMIT ${limit}"
+        );
+        let mut q = sqlx::query(&sql)
+            .bind(terms.join(" | "))
+            .bind(terms.join(" "))
+            .bind(common.to_string());
         for id in collections {
             q = q.bind(id);
         }

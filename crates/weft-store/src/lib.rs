@@ -5,6 +5,7 @@ mod agents;
 mod assets;
 mod audit;
 mod collections;
+mod common_terms;
 mod keys;
 mod record;
 mod rows;
@@ -84,6 +85,8 @@ impl SqliteSync {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: AnyPool,
+    /// The chunks' common words (PostgreSQL's full-text search looks past them first).
+    common: std::sync::Arc<common_terms::CommonTerms>,
     writer: Writer,
     backend: Backend,
 }
@@ -146,6 +149,7 @@ impl Store {
         let write_pool = write.connect(&url).await?;
         Ok(Store {
             pool,
+            common: Default::default(),
             writer: Writer::start(write_pool, backend),
             backend,
         })

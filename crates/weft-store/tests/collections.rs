@@ -254,3 +254,61 @@ async fn collections_on_sqlite() {
     collections(&db.store).await;
     db.drop_database().await.unwrap();
 }
+
+/// A word in most chunks does not drown a rare one: the chunk holding the rare word comes
+/// first, a query whose rare word matches nothing still finds the common word's chunks, and
+/// (on PostgreSQL, once the table is analysed) the common word is known as such.
+async fn common_words(store: &Store, postgres: bool) {
+    let collection = store
+        .create_collection("ada", "looms", "", false)
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..60 {
+        let text = if i == 41 {
+            format!("Entry {i}: the loom was dyed with saffron.")
+        } else {
+            format!("Entry {i}: a loom, another loom, the loom of house {i}.")
+        };
+        let document = NewDocument {
+            title: &format!("entry {i}"),
+            source: "",
+            metadata: "{}",
+            chunks: vec![(text, None)],
+        };
+        store.add_document(&collection.id, document).await.unwrap();
+    }
+    store.analyze_chunks().await.unwrap();
+    let common = store.common_terms().await;
+    if postgres {
+        assert!(common.split(' ').any(|w| w == "loom"), "{common}");
+    } else {
+        assert_eq!(&*common, "");
+    }
+    let ids = [collection.id.clone()];
+    let hits = store.search_chunks(&ids, "loom saffron", 5).await.unwrap();
+    assert_eq!(hits.len(), 5);
+    assert_eq!(hits[0].title, "entry 41", "{hits:?}");
+    let hits = store
+        .search_chunks(&ids, "loom unheardof", 5)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 5, "{hits:?}");
+    let hits = store.search_chunks(&ids, "saffron", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+}
+
+#[tokio::test]
+async fn common_words_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    common_words(&db.store, true).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn common_words_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    common_words(&db.store, false).await;
+    db.drop_database().await.unwrap();
+}
