@@ -36,9 +36,16 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q
   for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
 fi
 
-# The whole suite against PostgreSQL, then the server and store suites again on embedded SQLite.
+# A second PostgreSQL with pgvector (PostgreSQL 16 from the `pgserver` wheel) for the vector
+# branch: the store's pgvector tests, and the server's knowledge suite on it below.
+WEFT_PGVECTOR_URL="$(./scripts/pgvector.sh)"
+export WEFT_PGVECTOR_URL
+
+# The whole suite against PostgreSQL, then the server suite again on embedded SQLite, and the
+# knowledge suite on PostgreSQL with pgvector.
 WEFT_TEST_DB=postgres cargo test --workspace --locked "$@"
 WEFT_TEST_DB=sqlite cargo test --locked -p weft-server "$@"
+WEFT_TEST_DB=pgvector cargo test --locked -p weft-server --test knowledge "$@"
 
 # A short fuzzing pass over frame decoding and argument handling (scripts/fuzz.sh runs longer).
 ./scripts/fuzz.sh 100000

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -107,25 +106,7 @@ impl Embedder {
     }
 }
 
-pub fn encode(vector: &[f32]) -> String {
-    let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-pub fn decode(text: &str) -> Option<Vec<f32>> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .ok()?;
-    if bytes.len() % 4 != 0 {
-        return None;
-    }
-    Some(
-        bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    )
-}
+pub use weft_store::{decode_vector as decode, encode_vector as encode};
 
 /// Cosine similarity; 0 when either vector is zero or their lengths differ.
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {

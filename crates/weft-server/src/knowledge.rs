@@ -146,6 +146,15 @@ impl Knowledge {
             .await?
             .pop()
             .unwrap_or_default();
+        // pgvector: the database ranks them itself.
+        if let Some(nearest) = self
+            .store
+            .nearest_chunks(ids, &query_vector, candidates)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return Ok(nearest);
+        }
         let stored = self
             .store
             .chunk_embeddings(ids)

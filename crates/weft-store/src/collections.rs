@@ -235,6 +235,8 @@ impl Store {
             }
             query.execute(&mut *tx).await?;
         }
+        self.fill_document_vectors(&mut tx, &row.id, &document.chunks)
+            .await?;
         tx.commit().await?;
         Ok(row)
     }
@@ -409,7 +411,7 @@ fn hit(row: &AnyRow) -> Result<ChunkHit> {
 }
 
 /// `$from, $from+1, …` for `n` values.
-fn placeholders(from: usize, n: usize) -> String {
+pub(crate) fn placeholders(from: usize, n: usize) -> String {
     (from..from + n)
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()

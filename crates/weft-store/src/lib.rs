@@ -11,6 +11,7 @@ mod record;
 mod rows;
 pub mod testing;
 mod threads;
+mod vectors;
 mod workflows;
 mod writer;
 
@@ -26,6 +27,7 @@ pub use rows::{
     ApprovalRow, AssetRow, ItemRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, WorkflowRow,
     WorkflowRunRow,
 };
+pub use vectors::{decode_vector, encode_vector};
 pub use writer::{Done, WriteError, WriteHold, WriteObserver, WriteOp};
 
 use writer::Writer;
@@ -87,6 +89,8 @@ pub struct Store {
     pool: AnyPool,
     /// The chunks' common words (PostgreSQL's full-text search looks past them first).
     common: std::sync::Arc<common_terms::CommonTerms>,
+    /// Whether embeddings are searched in the database (pgvector).
+    vectors: std::sync::Arc<vectors::VectorSupport>,
     writer: Writer,
     backend: Backend,
 }
@@ -150,6 +154,7 @@ impl Store {
         Ok(Store {
             pool,
             common: Default::default(),
+            vectors: Default::default(),
             writer: Writer::start(write_pool, backend),
             backend,
         })
@@ -195,6 +200,8 @@ impl Store {
     /// Apply the migrations of this backend (idempotent).
     pub async fn migrate(&self) -> Result<()> {
         self.migrator().run(&self.pool).await?;
+        // Not a migration file: it depends on the server having the extension.
+        self.enable_pgvector().await?;
         Ok(())
     }
 

@@ -9,6 +9,14 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
+/// Where the tests of the pgvector branch create their databases: a PostgreSQL that has the
+/// extension (`scripts/pgvector.sh` starts one and `scripts/test.sh` sets the variable).
+pub fn pgvector_admin_url() -> String {
+    std::env::var("WEFT_PGVECTOR_URL").unwrap_or_else(|_| {
+        panic!("WEFT_PGVECTOR_URL is not set: run ./scripts/test.sh, or export WEFT_PGVECTOR_URL=$(./scripts/pgvector.sh)")
+    })
+}
+
 /// Make the database look one migration behind this build (for health-check tests).
 pub async fn forget_latest_migration(store: &Store) -> Result<()> {
     let (applied, _) = store.schema_versions().await?;
@@ -22,14 +30,19 @@ pub async fn forget_latest_migration(store: &Store) -> Result<()> {
 pub struct TestDb {
     pub store: Store,
     pub url: String,
-    database: Option<String>,
+    /// The server's admin URL and the database's name (PostgreSQL).
+    database: Option<(String, String)>,
 }
 
 impl TestDb {
     /// A new, migrated PostgreSQL database.
     pub async fn postgres() -> Result<TestDb> {
-        let admin_url = postgres_admin_url();
-        let admin = Store::connect(&admin_url).await?;
+        Self::postgres_at(&postgres_admin_url()).await
+    }
+
+    /// A new, migrated database on the PostgreSQL server `admin_url` points at.
+    pub async fn postgres_at(admin_url: &str) -> Result<TestDb> {
+        let admin = Store::connect(admin_url).await?;
         let name = format!("weft_t_{}", new_id().replace('-', ""));
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(&admin.pool)
@@ -37,14 +50,14 @@ impl TestDb {
         admin.close().await;
         let base = admin_url
             .rsplit_once('/')
-            .map_or(admin_url.as_str(), |(base, _)| base);
+            .map_or(admin_url, |(base, _)| base);
         let url = format!("{base}/{name}");
         let store = Store::connect(&url).await?;
         store.migrate().await?;
         Ok(TestDb {
             store,
             url,
-            database: Some(name),
+            database: Some((admin_url.to_owned(), name)),
         })
     }
 
@@ -63,8 +76,8 @@ impl TestDb {
     /// Close the pool and drop the PostgreSQL database (SQLite files go with their directory).
     pub async fn drop_database(self) -> Result<()> {
         self.store.close().await;
-        if let Some(name) = self.database {
-            let admin = Store::connect(&postgres_admin_url()).await?;
+        if let Some((admin_url, name)) = self.database {
+            let admin = Store::connect(&admin_url).await?;
             sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                 .execute(&admin.pool)
                 .await?;

@@ -1,5 +1,6 @@
 //! Integration harness: the real server on an ephemeral port, a real websocket client, and
-//! PostgreSQL (or SQLite with `WEFT_TEST_DB=sqlite`).
+//! PostgreSQL (or SQLite with `WEFT_TEST_DB=sqlite`, PostgreSQL with pgvector with
+//! `WEFT_TEST_DB=pgvector`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -108,6 +109,11 @@ pub fn use_sqlite() -> bool {
     std::env::var("WEFT_TEST_DB").is_ok_and(|v| v == "sqlite")
 }
 
+/// `WEFT_TEST_DB=pgvector`: PostgreSQL with the pgvector extension (`scripts/pgvector.sh`).
+pub fn use_pgvector() -> bool {
+    std::env::var("WEFT_TEST_DB").is_ok_and(|v| v == "pgvector")
+}
+
 impl TestServer {
     pub async fn start(script: Value) -> TestServer {
         Self::start_with(script, |_| {}).await
@@ -131,6 +137,10 @@ impl TestServer {
 
         let db = if use_sqlite() {
             TestDb::sqlite(dir.path()).await.unwrap()
+        } else if use_pgvector() {
+            TestDb::postgres_at(&weft_store::testing::pgvector_admin_url())
+                .await
+                .unwrap()
         } else {
             TestDb::postgres().await.unwrap()
         };
