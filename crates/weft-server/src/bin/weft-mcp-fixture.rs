@@ -3,7 +3,7 @@
 //! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result),
 //! `exit {}` (the process exits without answering), `reveal {}` (then lists `bonus {}` and
 //! tells the client its tools changed), `picture {}` (an image); a resource `fixture://notes/loom` and a prompt
-//! `greet {name}`.
+//! `greet {name}` (and an error for resource templates, as some servers answer).
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -130,6 +130,19 @@ impl ServerHandler for Fixture {
             .with_mime_type("text/markdown")
             .with_description("What a loom is");
         Ok(rmcp::model::ListResourcesResult::with_all_items(vec![loom]))
+    }
+
+    /// Like some servers, it has resources but no templates, and says so with an error.
+    async fn list_resource_templates(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            "resources/templates/list",
+            None,
+        ))
     }
 
     async fn read_resource(

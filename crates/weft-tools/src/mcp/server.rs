@@ -175,7 +175,9 @@ impl Server {
         }
     }
 
-    /// Its resources, resource templates and prompts, for those it says it has.
+    /// Its resources, resource templates and prompts, for those it says it has. A list the
+    /// server cannot give (some answer "method not found" for templates) is logged and left
+    /// empty: its tools still work.
     pub(super) async fn catalog(&self) -> Result<Catalog, String> {
         let service = self.current().await?;
         let capabilities = service
@@ -183,18 +185,24 @@ impl Server {
             .map(|info| info.capabilities.clone())
             .unwrap_or_default();
         let mut catalog = Catalog::default();
-        let failed = |e: rmcp::ServiceError| e.to_string();
         if capabilities.resources.is_some() {
-            catalog.resources = service.list_all_resources().await.map_err(failed)?;
-            catalog.templates = service
-                .list_all_resource_templates()
-                .await
-                .map_err(failed)?;
+            catalog.resources = self.or_empty("resources", service.list_all_resources().await);
+            catalog.templates = self.or_empty(
+                "resource templates",
+                service.list_all_resource_templates().await,
+            );
         }
         if capabilities.prompts.is_some() {
-            catalog.prompts = service.list_all_prompts().await.map_err(failed)?;
+            catalog.prompts = self.or_empty("prompts", service.list_all_prompts().await);
         }
         Ok(catalog)
+    }
+
+    fn or_empty<T>(&self, what: &str, listed: Result<Vec<T>, rmcp::ServiceError>) -> Vec<T> {
+        listed.unwrap_or_else(|e| {
+            tracing::warn!(server = %self.name, error = %e, "cannot list the MCP server's {what}");
+            Vec::new()
+        })
     }
 }
 
