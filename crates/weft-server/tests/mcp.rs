@@ -356,3 +356,21 @@ async fn resources_and_prompts_are_read_tools_listing_what_there_is() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_server_without_tools_still_offers_its_resources() {
+    let server = TestServer::start_with(script(), |c| {
+        let mut notes = server_config("notes", None, 10_000);
+        notes.args = vec!["--no-tools".into()];
+        c.mcp.servers = vec![notes];
+        c.policy.allowed_mcp_servers = vec!["notes".into()];
+    })
+    .await;
+    let belt = server
+        .state
+        .toolbelt_for(&weft_protocol::ChatContext::Thread);
+    assert!(belt.contains("mcp__read_resource"));
+    assert!(belt.contains("mcp__get_prompt"));
+    assert!(!belt.contains("mcp__notes__echo"));
+    server.stop().await;
+}

@@ -3,7 +3,8 @@
 //! `count {n}` (reports progress once per step, 50 ms apart), `fail {}` (an error result),
 //! `exit {}` (the process exits without answering), `reveal {}` (then lists `bonus {}` and
 //! tells the client its tools changed), `picture {}` (an image); a resource `fixture://notes/loom` and a prompt
-//! `greet {name}` (and an error for resource templates, as some servers answer).
+//! `greet {name}` (and an error for resource templates, as some servers answer). With
+//! `--no-tools` it is a server of resources and prompts only.
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -40,6 +41,8 @@ struct Fixture {
     tool_router: ToolRouter<Self>,
     /// `bonus` is listed only after `reveal`.
     revealed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// `--no-tools`: a server of resources and prompts only (no tools capability).
+    no_tools: bool,
 }
 
 #[tool_router]
@@ -194,13 +197,15 @@ impl ServerHandler for Fixture {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .enable_prompts()
-                .build(),
-        )
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .build();
+        if self.no_tools {
+            capabilities.tools = None;
+        }
+        ServerConfig::new(capabilities)
     }
 }
 
@@ -209,6 +214,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fixture = Fixture {
         tool_router: Fixture::tool_router(),
         revealed: Default::default(),
+        no_tools: std::env::args().any(|a| a == "--no-tools"),
     };
     let service = fixture.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;

@@ -21,9 +21,16 @@ use super::server::{is_connection_lost, Server, Service};
 /// How long, at most, an answered call waits for progress reports still on their way.
 const PROGRESS_GRACE: Duration = Duration::from_millis(100);
 
-/// The server's tools, as Weft tools.
+/// The server's tools, as Weft tools (none for a server without the tools capability, such
+/// as one that only offers resources or prompts).
 pub(super) async fn list(server: &Arc<Server>) -> Result<Vec<Arc<dyn Tool>>, String> {
     let service = server.current().await?;
+    let has_tools = service
+        .peer_info()
+        .is_none_or(|info| info.capabilities.tools.is_some());
+    if !has_tools {
+        return Ok(Vec::new());
+    }
     let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
     Ok(listed
         .into_iter()
