@@ -374,3 +374,28 @@ async fn a_server_without_tools_still_offers_its_resources() {
     assert!(!belt.contains("mcp__notes__echo"));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_server_that_never_answers_does_not_hold_up_the_others() {
+    let started = std::time::Instant::now();
+    let server = TestServer::start_with(script(), |c| {
+        // A process that never speaks MCP: its handshake times out.
+        let mut silent = server_config("silent", None, 500);
+        silent.command = Some("sleep".into());
+        silent.args = vec!["30".into()];
+        c.mcp.servers = vec![silent, server_config("fixture", None, 10_000)];
+        c.policy.allowed_mcp_servers = vec!["silent".into(), "fixture".into()];
+    })
+    .await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let belt = server
+        .state
+        .toolbelt_for(&weft_protocol::ChatContext::Thread);
+    assert!(belt.contains("mcp__fixture__echo"));
+    let mut c = server.client().await;
+    c.chat(None, "echo please", json!({"permission_mode": "auto"}))
+        .await;
+    c.turn().await;
+    assert_eq!(last_result(&server), "echo: hi");
+    server.stop().await;
+}

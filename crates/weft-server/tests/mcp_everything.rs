@@ -56,13 +56,20 @@ struct HttpEverything {
     port: u16,
 }
 
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 impl HttpEverything {
     async fn start() -> HttpEverything {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        Self::start_on(free_port()).await
+    }
+
+    async fn start_on(port: u16) -> HttpEverything {
         let child = tokio::process::Command::new("node")
             .arg(everything())
             .arg("streamableHttp")
@@ -330,5 +337,34 @@ async fn the_everything_server_is_absent_when_the_policy_does_not_allow_it() {
     let (is_error, result, _) = end_of(&frames);
     assert!(is_error);
     assert!(result.contains("mcp__everything__echo"), "{result}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_comes_up_after_weft_joins_later() {
+    let port = free_port();
+    // Nothing listens yet: Weft starts without it and keeps trying in the background.
+    let server = start(http_config(port), true).await;
+    let has_echo = || {
+        server
+            .state
+            .toolbelt_for(&weft_protocol::ChatContext::Thread)
+            .contains("mcp__everything__echo")
+    };
+    assert!(!has_echo());
+    let _everything = HttpEverything::start_on(port).await;
+    for _ in 0..300 {
+        if has_echo() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(has_echo(), "the server's tools never joined");
+    let mut c = server.client().await;
+    c.chat(None, "sum please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let (is_error, result, _) = end_of(&frames);
+    assert!(!is_error && result.contains("42"), "{result}");
     server.stop().await;
 }

@@ -49,6 +49,8 @@ fn default_timeout_ms() -> u64 {
 
 /// What one server offers now.
 struct Offer {
+    /// Its place in the configuration (the toolbelt keeps that order).
+    rank: usize,
     server: Arc<Server>,
     tools: Vec<Arc<dyn Tool>>,
     catalog: Catalog,
@@ -94,7 +96,10 @@ impl McpTools {
         } = &mut *offers;
         match all.iter_mut().find(|o| o.server.name == offer.server.name) {
             Some(slot) => *slot = offer,
-            None => all.push(offer),
+            None => {
+                all.push(offer);
+                all.sort_by_key(|o| o.rank);
+            }
         }
         let catalogs: Vec<(Arc<Server>, Catalog)> = all
             .iter()
@@ -105,39 +110,85 @@ impl McpTools {
     }
 }
 
-/// Connect to every server `allowed` names, and list what they offer. A server that cannot
-/// be reached is logged and left out; the others still work. Images and audio their tools
-/// return are kept in `assets`.
+/// Connect to every server `allowed` names, all at once, and list what they offer. A server
+/// that cannot be reached within its `timeout_ms` is logged and tried again in the background
+/// with backoff; its tools join when it answers. Images and audio their tools return are
+/// kept in `assets`.
 pub async fn connect(
     configs: &[McpServerConfig],
     allowed: &[String],
     assets: Option<Arc<dyn crate::web::AssetSink>>,
 ) -> Arc<McpTools> {
     let hub = Arc::new(McpTools::default());
-    for config in configs {
+    let attempts = configs.iter().enumerate().filter_map(|(rank, config)| {
         if !allowed.contains(&config.name) {
             tracing::info!(server = %config.name, "MCP server not in policy.allowed_mcp_servers: left out");
-            continue;
+            return None;
         }
-        match Server::open(config, assets.clone()).await {
-            Ok(server) => match offer(&server).await {
-                Ok(offer) => {
-                    hub.replace(offer);
-                    refresh_on_change(&hub, server);
-                }
-                Err(e) => {
-                    tracing::warn!(server = %config.name, error = %e, "cannot list what the MCP server offers")
-                }
-            },
-            Err(e) => tracing::warn!(server = %config.name, error = %e, "MCP server unavailable"),
-        }
-    }
+        Some(join(hub.clone(), rank, config.clone(), assets.clone()))
+    });
+    futures::future::join_all(attempts).await;
     hub
 }
 
+/// Bring one server in, now or (when it is not there yet) in the background.
+async fn join(
+    hub: Arc<McpTools>,
+    rank: usize,
+    config: McpServerConfig,
+    assets: Option<Arc<dyn crate::web::AssetSink>>,
+) {
+    let error = match attempt(rank, &config, &assets).await {
+        Ok(offer) => return welcome(&hub, offer),
+        Err(e) => e,
+    };
+    tracing::warn!(server = %config.name, error = %error, "MCP server unavailable: trying again in the background");
+    let hub = Arc::downgrade(&hub);
+    tokio::spawn(async move {
+        let mut wait = server::FIRST_RETRY;
+        loop {
+            tokio::time::sleep(wait).await;
+            if hub.strong_count() == 0 {
+                return;
+            }
+            match attempt(rank, &config, &assets).await {
+                Ok(offer) => {
+                    tracing::info!(server = %config.name, "MCP server connected after all");
+                    if let Some(hub) = hub.upgrade() {
+                        welcome(&hub, offer);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(server = %config.name, error = %e, ?wait, "MCP server still unavailable");
+                    wait = (wait * 2).min(server::LAST_RETRY);
+                }
+            }
+        }
+    });
+}
+
+/// Start the server and list what it offers.
+async fn attempt(
+    rank: usize,
+    config: &McpServerConfig,
+    assets: &Option<Arc<dyn crate::web::AssetSink>>,
+) -> Result<Offer, String> {
+    let server = Server::open(config, assets.clone()).await?;
+    offer(rank, &server).await
+}
+
+/// Add a connected server's offer and follow its changes.
+fn welcome(hub: &Arc<McpTools>, offer: Offer) {
+    let (rank, server) = (offer.rank, offer.server.clone());
+    hub.replace(offer);
+    refresh_on_change(hub, rank, server);
+}
+
 /// What `server` offers: its tools, resources and prompts.
-async fn offer(server: &Arc<Server>) -> Result<Offer, String> {
+async fn offer(rank: usize, server: &Arc<Server>) -> Result<Offer, String> {
     Ok(Offer {
+        rank,
         server: server.clone(),
         tools: tool::list(server).await?,
         catalog: server.catalog().await?,
@@ -145,13 +196,13 @@ async fn offer(server: &Arc<Server>) -> Result<Offer, String> {
 }
 
 /// List `server` again each time it says what it offers changed (while the hub lives).
-fn refresh_on_change(hub: &Arc<McpTools>, server: Arc<Server>) {
+fn refresh_on_change(hub: &Arc<McpTools>, rank: usize, server: Arc<Server>) {
     let hub = Arc::downgrade(hub);
     tokio::spawn(async move {
         loop {
             server.changed.notified().await;
             let Some(hub) = hub.upgrade() else { break };
-            match offer(&server).await {
+            match offer(rank, &server).await {
                 Ok(offer) => {
                     tracing::info!(server = %server.name, tools = offer.tools.len(), "MCP offer changed");
                     hub.replace(offer);

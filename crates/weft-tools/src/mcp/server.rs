@@ -50,8 +50,8 @@ impl ClientHandler for Handler {
 pub(super) type Service = RunningService<RoleClient, Handler>;
 
 /// Backoff between reconnection attempts.
-const FIRST_RETRY: Duration = Duration::from_millis(250);
-const LAST_RETRY: Duration = Duration::from_secs(30);
+pub(super) const FIRST_RETRY: Duration = Duration::from_millis(250);
+pub(super) const LAST_RETRY: Duration = Duration::from_secs(30);
 
 /// What a server offers besides its tools (empty where it has no such capability).
 #[derive(Default, Clone)]
@@ -214,8 +214,16 @@ pub(super) fn is_connection_lost(error: &rmcp::ServiceError) -> bool {
     )
 }
 
-/// Start (or reach) the server and complete the MCP handshake.
+/// Start (or reach) the server and complete the MCP handshake, within its `timeout_ms` (a
+/// server that never answers must not hold up the rest).
 async fn start(config: &McpServerConfig, changed: &Arc<Notify>) -> Result<Service, String> {
+    let limit = Duration::from_millis(config.timeout_ms);
+    tokio::time::timeout(limit, handshake(config, changed))
+        .await
+        .unwrap_or_else(|_| Err(format!("no handshake within {} ms", config.timeout_ms)))
+}
+
+async fn handshake(config: &McpServerConfig, changed: &Arc<Notify>) -> Result<Service, String> {
     let handler = || Handler {
         progress: ProgressDispatcher::new(),
         changed: changed.clone(),
