@@ -682,6 +682,8 @@ async fn an_mcp_tool_card_shows_live_progress_and_images() {
             args: Vec::new(),
             env: Default::default(),
             url: None,
+            headers: Default::default(),
+            bearer_token_env: None,
             category: None,
             timeout_ms: 30_000,
         }];

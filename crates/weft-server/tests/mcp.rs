@@ -19,6 +19,8 @@ fn server_config(name: &str, category: Option<ToolCategory>, timeout_ms: u64) ->
         args: Vec::new(),
         env: Default::default(),
         url: None,
+        headers: Default::default(),
+        bearer_token_env: None,
         category,
         timeout_ms,
     }

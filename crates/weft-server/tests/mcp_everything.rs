@@ -33,6 +33,8 @@ fn stdio_config() -> McpServerConfig {
         args: vec![everything().display().to_string(), "stdio".into()],
         env: Default::default(),
         url: None,
+        headers: Default::default(),
+        bearer_token_env: None,
         category: None,
         timeout_ms: 20_000,
     }
@@ -45,6 +47,8 @@ fn http_config(port: u16) -> McpServerConfig {
         args: Vec::new(),
         env: Default::default(),
         url: Some(format!("http://127.0.0.1:{port}/mcp")),
+        headers: Default::default(),
+        bearer_token_env: None,
         category: None,
         timeout_ms: 20_000,
     }
@@ -367,4 +371,41 @@ async fn a_server_that_comes_up_after_weft_joins_later() {
     let (is_error, result, _) = end_of(&frames);
     assert!(!is_error && result.contains("42"), "{result}");
     server.stop().await;
+}
+
+#[tokio::test]
+async fn an_http_server_gets_the_configured_headers_and_bearer_token() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    // A server that refuses everything but records what it was sent.
+    let refusing = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401))
+        .mount(&refusing)
+        .await;
+    std::env::set_var("WEFT_TEST_MCP_TOKEN", "s3cret");
+    let mut config = http_config(0);
+    config.url = Some(format!("{}/mcp", refusing.uri()));
+    config.headers = [("X-Team".to_owned(), "looms".to_owned())].into();
+    config.bearer_token_env = Some("WEFT_TEST_MCP_TOKEN".into());
+    let server = start(config, true).await;
+    let requests = refusing.received_requests().await.unwrap();
+    let first = requests.first().expect("the handshake was attempted");
+    assert_eq!(first.headers["authorization"], "Bearer s3cret");
+    assert_eq!(first.headers["x-team"], "looms");
+    // Refused: no tools from it, and Weft runs all the same.
+    assert!(offered_now(&server).is_empty());
+    server.stop().await;
+}
+
+/// The MCP tools in the thread toolbelt now.
+fn offered_now(server: &TestServer) -> Vec<String> {
+    let belt = server
+        .state
+        .toolbelt_for(&weft_protocol::ChatContext::Thread);
+    belt.specs(&Default::default())
+        .iter()
+        .map(|t| t.name.clone())
+        .filter(|n| n.starts_with("mcp__"))
+        .collect()
 }

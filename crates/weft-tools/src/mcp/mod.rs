@@ -35,6 +35,13 @@ pub struct McpServerConfig {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub url: Option<String>,
+    /// With `url`: headers sent with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// With `url`: the environment variable holding a bearer token (`Authorization: Bearer …`),
+    /// so the secret stays out of the file.
+    #[serde(default)]
+    pub bearer_token_env: Option<String>,
     /// What its tools do, for the gate (default `external`).
     #[serde(default)]
     pub category: Option<ToolCategory>,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{ProgressNotificationParam, Prompt, Resource, ResourceTemplate};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::sync::{Notify, RwLock};
@@ -239,9 +240,34 @@ async fn handshake(config: &McpServerConfig, changed: &Arc<Notify>) -> Result<Se
                 .map_err(|e| e.to_string())?
         }
         (None, Some(url)) => handler()
-            .serve(StreamableHttpClientTransport::from_uri(url.as_str()))
+            .serve(StreamableHttpClientTransport::from_config(http_config(
+                url, config,
+            )?))
             .await
             .map_err(|e| e.to_string())?,
         _ => return Err("give exactly one of `command` and `url`".to_owned()),
     })
+}
+
+/// The HTTP transport's settings: the URL, the configured headers and the bearer token.
+fn http_config(
+    url: &str,
+    config: &McpServerConfig,
+) -> Result<StreamableHttpClientTransportConfig, String> {
+    let mut headers = std::collections::HashMap::new();
+    for (name, value) in &config.headers {
+        let name = http::HeaderName::try_from(name.as_str())
+            .map_err(|e| format!("header `{name}`: {e}"))?;
+        let value = http::HeaderValue::try_from(value.as_str())
+            .map_err(|e| format!("header `{name}`: {e}"))?;
+        headers.insert(name, value);
+    }
+    let mut settings = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+    if let Some(variable) = &config.bearer_token_env {
+        let token = std::env::var(variable).map_err(|_| {
+            format!("the environment variable `{variable}` (bearer_token_env) is not set")
+        })?;
+        settings = settings.auth_header(token);
+    }
+    Ok(settings)
 }
