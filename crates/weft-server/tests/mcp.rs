@@ -120,6 +120,21 @@ async fn allowed_servers_tools_ask_by_category_and_answer() {
         !names.iter().any(|n| n.starts_with("mcp__stranger__")),
         "{names:?}"
     );
+    // Names providers accept (odd characters replaced, long ones cut with a hash); a tool
+    // whose schema does not compile is left out.
+    assert!(
+        names.contains(&"mcp__fixture__notes_read_v2".to_owned()),
+        "{names:?}"
+    );
+    let long = names
+        .iter()
+        .find(|n| n.starts_with("mcp__fixture__longlong"))
+        .unwrap();
+    assert_eq!(long.len(), 64, "{long}");
+    assert!(!names.iter().any(|n| n.contains("broken")), "{names:?}");
+    assert!(names.iter().all(|n| n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')));
 
     // A server whose category is `read` runs without asking; an error result is an error.
     c.chat(None, "reader please", json!({})).await;

@@ -121,6 +121,23 @@ impl ServerHandler for Fixture {
         let revealed = self.revealed.load(std::sync::atomic::Ordering::SeqCst);
         let mut tools = self.tool_router.list_all();
         tools.retain(|t| revealed || t.name != "bonus");
+        // Names providers would refuse, and a schema that does not compile.
+        let object = |schema: serde_json::Value| match schema {
+            serde_json::Value::Object(map) => std::sync::Arc::new(map),
+            _ => unreachable!("an object"),
+        };
+        let odd = |name: &str, schema| {
+            rmcp::model::Tool::new(name.to_owned(), "An oddly named tool", object(schema))
+        };
+        tools.push(odd("notes.read/v2", serde_json::json!({"type": "object"})));
+        tools.push(odd(
+            &"long".repeat(20),
+            serde_json::json!({"type": "object"}),
+        ));
+        tools.push(odd(
+            "broken",
+            serde_json::json!({"type": "object", "properties": {"x": {"type": "nonsense"}}}),
+        ));
         Ok(rmcp::model::ListToolsResult::with_all_items(tools))
     }
 

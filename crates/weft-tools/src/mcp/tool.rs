@@ -32,18 +32,56 @@ pub(super) async fn list(server: &Arc<Server>) -> Result<Vec<Arc<dyn Tool>>, Str
         return Ok(Vec::new());
     }
     let listed = service.list_all_tools().await.map_err(|e| e.to_string())?;
-    Ok(listed
-        .into_iter()
-        .map(|tool| {
-            Arc::new(McpTool {
-                name: format!("mcp__{}__{}", server.name, tool.name),
-                remote_name: tool.name.to_string(),
-                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                schema: Value::Object((*tool.input_schema).clone()),
-                server: server.clone(),
-            }) as Arc<dyn Tool>
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+    for tool in listed {
+        let schema = Value::Object((*tool.input_schema).clone());
+        // A schema that does not compile would make providers refuse every request.
+        if let Err(e) = jsonschema::validator_for(&schema) {
+            tracing::warn!(server = %server.name, tool = %tool.name, error = %e, "MCP tool left out: its input schema does not compile");
+            continue;
+        }
+        let name = weft_name(&server.name, &tool.name);
+        if tools.iter().any(|t| t.name() == name) {
+            tracing::warn!(server = %server.name, tool = %tool.name, "MCP tool left out: its name clashes with another's as `{name}`");
+            continue;
+        }
+        tools.push(Arc::new(McpTool {
+            name,
+            remote_name: tool.name.to_string(),
+            description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+            schema,
+            server: server.clone(),
+        }));
+    }
+    Ok(tools)
+}
+
+/// Longest tool name providers accept.
+const MAX_NAME: usize = 64;
+
+/// `mcp__<server>__<tool>` in the characters providers accept in a tool's name (letters,
+/// digits, `_`, `-`; others become `_`), at most 64 of them (a longer one is cut and ends
+/// with a hash of the whole, so it stays unique).
+fn weft_name(server: &str, tool: &str) -> String {
+    let full = format!("mcp__{server}__{tool}");
+    let clean: String = full
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
         })
-        .collect())
+        .collect();
+    if clean.len() <= MAX_NAME {
+        return clean;
+    }
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    full.hash(&mut hasher);
+    let suffix = format!("_{:08x}", hasher.finish() as u32);
+    format!("{}{suffix}", &clean[..MAX_NAME - suffix.len()])
 }
 
 struct McpTool {
