@@ -466,6 +466,27 @@ impl Config {
                 self.database.sqlite_synchronous
             )));
         }
+        let mut names = std::collections::BTreeSet::new();
+        for server in &self.mcp.servers {
+            if !weft_protocol::is_identifier(&server.name) || server.name.contains("__") {
+                return Err(ConfigError::Invalid(format!(
+                    "mcp.servers: name {:?} must be 1 to 128 characters of A-Z a-z 0-9 . _ : - without `__`",
+                    weft_protocol::clip(&server.name, 64)
+                )));
+            }
+            if !names.insert(server.name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "mcp.servers: two servers are named {:?}",
+                    server.name
+                )));
+            }
+            if server.command.is_some() == server.url.is_some() {
+                return Err(ConfigError::Invalid(format!(
+                    "mcp.servers {:?}: give exactly one of `command` and `url`",
+                    server.name
+                )));
+            }
+        }
         for entry in &self.auth.api_keys {
             if !weft_protocol::is_identifier(&entry.user) {
                 return Err(ConfigError::Invalid(format!(
@@ -620,6 +641,35 @@ mod tests {
             user: "../etc".into(),
         }];
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn mcp_servers_need_distinct_names_and_one_transport() {
+        let server = |name: &str, command: Option<&str>, url: Option<&str>| {
+            toml::from_str::<weft_tools::mcp::McpServerConfig>(&format!(
+                "name = {name:?}\n{}{}",
+                command
+                    .map(|c| format!("command = {c:?}\n"))
+                    .unwrap_or_default(),
+                url.map(|u| format!("url = {u:?}\n")).unwrap_or_default()
+            ))
+            .unwrap()
+        };
+        let check = |servers| {
+            let mut config = Config::default();
+            config.mcp.servers = servers;
+            config.validate().map_err(|e| e.to_string())
+        };
+        assert!(check(vec![server("files", Some("npx"), None)]).is_ok());
+        let twice = check(vec![
+            server("files", Some("npx"), None),
+            server("files", None, Some("http://x/mcp")),
+        ]);
+        assert!(twice.unwrap_err().contains("two servers are named"));
+        let both = check(vec![server("files", Some("npx"), Some("http://x/mcp"))]);
+        assert!(both.unwrap_err().contains("exactly one of"));
+        assert!(check(vec![server("a__b", Some("npx"), None)]).is_err());
+        assert!(check(vec![server("", Some("npx"), None)]).is_err());
     }
 
     #[test]
