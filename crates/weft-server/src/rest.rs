@@ -202,13 +202,24 @@ pub async fn modes(State(state): State<Arc<AppState>>) -> Response {
 /// Healthy means the database answers and has the schema this build needs.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     match state.store.schema_versions().await {
-        Ok((applied, needed)) if applied >= needed => Json(json!({
-            "status": "ok",
-            "provider": state.providers.default_name(),
-            "demo": state.providers.is_demo(),
-            "schema": applied,
-        }))
-        .into_response(),
+        Ok((applied, needed)) if applied >= needed => {
+            // MCP servers that are down do not make Weft unhealthy; they are reported.
+            let mcp: serde_json::Map<String, serde_json::Value> = state
+                .mcp_status()
+                .into_iter()
+                .map(|(name, connected, tools)| {
+                    (name, json!({"connected": connected, "tools": tools}))
+                })
+                .collect();
+            Json(json!({
+                "status": "ok",
+                "provider": state.providers.default_name(),
+                "demo": state.providers.is_demo(),
+                "schema": applied,
+                "mcp": mcp,
+            }))
+            .into_response()
+        }
         Ok((applied, needed)) => {
             tracing::warn!(
                 applied,

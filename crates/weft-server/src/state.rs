@@ -282,6 +282,11 @@ impl AppState {
         names
     }
 
+    /// The allowed MCP servers: name, connected now, tools offered.
+    pub fn mcp_status(&self) -> Vec<(String, bool, usize)> {
+        self.mcp.tools.status()
+    }
+
     /// The session toolbelt for a chat context (registered ∩ policy ∩ context). The editor
     /// context needs a node registry; without one it gets the thread's tools.
     pub fn toolbelt_for(&self, context: &ChatContext) -> Toolbelt {

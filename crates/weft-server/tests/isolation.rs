@@ -132,7 +132,7 @@ async fn health_and_metrics() {
         (status, body),
         (
             200,
-            json!({"status": "ok", "provider": "scripted", "demo": false, "schema": needed})
+            json!({"status": "ok", "provider": "scripted", "demo": false, "schema": needed, "mcp": {}})
         )
     );
     let mut c = server.client().await;

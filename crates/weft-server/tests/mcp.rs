@@ -405,6 +405,16 @@ async fn a_server_that_never_answers_does_not_hold_up_the_others() {
     })
     .await;
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // The health check reports each allowed server; one that is down does not make Weft
+    // unhealthy.
+    let (status, health) = server.get("/healthz", None).await;
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!(
+        health["mcp"]["silent"],
+        json!({"connected": false, "tools": 0})
+    );
+    assert_eq!(health["mcp"]["fixture"]["connected"], true);
+    assert!(health["mcp"]["fixture"]["tools"].as_u64().unwrap() >= 5);
     let belt = server
         .state
         .toolbelt_for(&weft_protocol::ChatContext::Thread);

@@ -75,6 +75,8 @@ struct Offers {
 #[derive(Default)]
 pub struct McpTools {
     offers: parking_lot::RwLock<Offers>,
+    /// The allowed servers' names, in configuration order (connected or not).
+    expected: parking_lot::RwLock<Vec<String>>,
     version: AtomicU64,
 }
 
@@ -87,6 +89,22 @@ impl McpTools {
             .iter()
             .flat_map(|offer| offer.tools.iter().cloned())
             .chain(offers.catalog_tools.iter().cloned())
+            .collect()
+    }
+
+    /// Each allowed server, in configuration order: its name, whether it is connected now, and
+    /// how many tools it offers (for `GET /healthz`).
+    pub fn status(&self) -> Vec<(String, bool, usize)> {
+        let offers = self.offers.read();
+        self.expected
+            .read()
+            .iter()
+            .map(
+                |name| match offers.servers.iter().find(|o| &o.server.name == name) {
+                    Some(offer) => (name.clone(), offer.server.is_up(), offer.tools.len()),
+                    None => (name.clone(), false, 0),
+                },
+            )
             .collect()
     }
 
@@ -127,6 +145,11 @@ pub async fn connect(
     assets: Option<Arc<dyn crate::web::AssetSink>>,
 ) -> Arc<McpTools> {
     let hub = Arc::new(McpTools::default());
+    *hub.expected.write() = configs
+        .iter()
+        .filter(|c| allowed.contains(&c.name))
+        .map(|c| c.name.clone())
+        .collect();
     let attempts = configs.iter().enumerate().filter_map(|(rank, config)| {
         if !allowed.contains(&config.name) {
             tracing::info!(server = %config.name, "MCP server not in policy.allowed_mcp_servers: left out");

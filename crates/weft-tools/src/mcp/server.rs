@@ -99,6 +99,11 @@ impl Server {
         }))
     }
 
+    /// Whether it is connected now (not being reconnected).
+    pub(super) fn is_up(&self) -> bool {
+        self.service.try_read().map_or(true, |s| s.is_some())
+    }
+
     /// The live connection, waiting (up to the call timeout) while it is being remade.
     pub(super) async fn current(&self) -> Result<Arc<Service>, String> {
         let deadline = tokio::time::Instant::now() + self.timeout;
