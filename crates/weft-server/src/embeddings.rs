@@ -106,8 +106,6 @@ impl Embedder {
     }
 }
 
-pub use weft_store::{decode_vector as decode, encode_vector as encode};
-
 /// Cosine similarity; 0 when either vector is zero or their lengths differ.
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     if a.len() != b.len() || a.is_empty() {

@@ -11,7 +11,8 @@ use weft_store::{ChunkHit, CollectionRow, DocumentRow, NewDocument, Store};
 use weft_tools::knowledge::{CollectionInfo, Hit, KnowledgeBase};
 use weft_tools::web::FetchUrl;
 
-use crate::embeddings::{cosine, decode, encode, Embedder};
+use crate::embeddings::{cosine, Embedder};
+use weft_store::decode_vector;
 
 /// The collection each user's memories are kept in (names starting with `_` are reserved).
 pub const MEMORY: &str = "_memory";
@@ -72,8 +73,8 @@ impl Knowledge {
             Some(embedder) => embedder
                 .embed(&chunks)
                 .await?
-                .iter()
-                .map(|v| Some(encode(v)))
+                .into_iter()
+                .map(Some)
                 .collect(),
             None => vec![None; chunks.len()],
         };
@@ -162,7 +163,9 @@ impl Knowledge {
             .map_err(|e| e.to_string())?;
         let mut scored: Vec<(i64, f64)> = stored
             .iter()
-            .filter_map(|(chunk, text)| Some((*chunk, cosine(&query_vector, &decode(text)?))))
+            .filter_map(|(chunk, text)| {
+                Some((*chunk, cosine(&query_vector, &decode_vector(text)?)))
+            })
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(scored

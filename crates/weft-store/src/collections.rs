@@ -62,12 +62,12 @@ impl DocumentRow {
     }
 }
 
-/// A document to add: its chunks in order, each with its embedding (encoded) if any.
+/// A document to add: its chunks in order, each with its embedding if any.
 pub struct NewDocument<'a> {
     pub title: &'a str,
     pub source: &'a str,
     pub metadata: &'a str,
-    pub chunks: Vec<(String, Option<String>)>,
+    pub chunks: Vec<(String, Option<Vec<f32>>)>,
 }
 
 /// One chunk found by a search.
@@ -231,7 +231,7 @@ impl Store {
                     .bind(&row.collection_id)
                     .bind(i64::try_from(position).unwrap_or(i64::MAX))
                     .bind(text)
-                    .bind(embedding.clone());
+                    .bind(embedding.as_deref().map(crate::encode_vector));
             }
             query.execute(&mut *tx).await?;
         }

@@ -172,7 +172,7 @@ impl Store {
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         document_id: &str,
-        chunks: &[(String, Option<String>)],
+        chunks: &[(String, Option<Vec<f32>>)],
     ) -> Result<()> {
         if !self.vectors_in_database().await? {
             return Ok(());
@@ -180,9 +180,9 @@ impl Store {
         let fill: Vec<Value> = chunks
             .iter()
             .enumerate()
-            .filter_map(|(position, (_, embedding))| {
-                let vector = decode_vector(embedding.as_deref()?)?;
-                (!vector.is_empty()).then(|| json!({"k": position, "v": vector}))
+            .filter_map(|(position, (_, vector))| {
+                let vector = vector.as_ref().filter(|v| !v.is_empty())?;
+                Some(json!({"k": position, "v": vector}))
             })
             .collect();
         if fill.is_empty() {

@@ -203,10 +203,7 @@ async fn collections(store: &Store) {
                 title: "v",
                 source: "https://example.org/v",
                 metadata: "{\"lang\":\"en\"}",
-                chunks: vec![
-                    ("one".into(), Some("AACAPw==".into())),
-                    ("two".into(), None),
-                ],
+                chunks: vec![("one".into(), Some(vec![1.0])), ("two".into(), None)],
             },
         )
         .await

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use weft_store::testing::{pgvector_admin_url, TestDb};
-use weft_store::{encode_vector, NewDocument, Store};
+use weft_store::{NewDocument, Store};
 
 fn document<'a>(title: &'a str, vectors: &[Vec<f32>]) -> NewDocument<'a> {
     NewDocument {
@@ -16,7 +16,7 @@ fn document<'a>(title: &'a str, vectors: &[Vec<f32>]) -> NewDocument<'a> {
         chunks: vectors
             .iter()
             .enumerate()
-            .map(|(i, v)| (format!("{title} chunk {i}"), Some(encode_vector(v))))
+            .map(|(i, v)| (format!("{title} chunk {i}"), Some(v.clone())))
             .collect(),
     }
 }
