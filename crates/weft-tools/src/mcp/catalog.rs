@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
-use super::server::{Catalog, Server};
+use super::server::{Catalog, Failure, Server};
 use super::tool::{block_text, contents_text};
 
 /// The name of the resource reader.
@@ -38,15 +38,17 @@ pub(super) fn tools(servers: &[(Arc<Server>, Catalog)]) -> Vec<Arc<dyn Tool>> {
         for (server, catalog) in &with_resources {
             describe_resources(&mut description, &server.name, catalog);
         }
-        tools.push(Arc::new(ReadResource {
+        let parameters = schema(
+            &with_resources,
+            "uri",
+            "The resource's URI (from the list, or a template filled in).",
+        );
+        tools.push(Arc::new(CatalogTool::new(
+            Kind::ReadResource,
             description,
-            schema: schema(
-                &with_resources,
-                "uri",
-                "The resource's URI (from the list, or a template filled in).",
-            ),
-            servers: with_resources.iter().map(|(s, _)| s.clone()).collect(),
-        }));
+            parameters,
+            &with_resources,
+        )));
     }
     let with_prompts: Vec<_> = servers
         .iter()
@@ -65,11 +67,12 @@ pub(super) fn tools(servers: &[(Arc<Server>, Catalog)]) -> Vec<Arc<dyn Tool>> {
             "description": "The prompt's arguments, by name.",
             "additionalProperties": {"type": "string"}
         });
-        tools.push(Arc::new(GetPrompt {
+        tools.push(Arc::new(CatalogTool::new(
+            Kind::GetPrompt,
             description,
-            schema: parameters,
-            servers: with_prompts.iter().map(|(s, _)| s.clone()).collect(),
-        }));
+            parameters,
+            &with_prompts,
+        )));
     }
     tools
 }
@@ -152,73 +155,107 @@ fn first_line(text: &str) -> &str {
     }
 }
 
-/// The server the arguments name (one of `servers`).
-fn pick<'a>(servers: &'a [Arc<Server>], args: &Value) -> Result<&'a Arc<Server>, ToolError> {
-    let name = args["server"].as_str().unwrap_or_default();
-    servers
-        .iter()
-        .find(|s| s.name == name)
-        .ok_or_else(|| ToolError::model(format!("no MCP server `{name}` offers this")))
+/// Which of the two catalog tools.
+#[derive(Clone, Copy)]
+enum Kind {
+    ReadResource,
+    GetPrompt,
 }
 
-struct ReadResource {
+/// `mcp__read_resource` or `mcp__get_prompt`, over the servers that offer such things.
+struct CatalogTool {
+    kind: Kind,
     description: String,
     schema: Value,
     servers: Vec<Arc<Server>>,
 }
 
-#[async_trait]
-impl Tool for ReadResource {
-    fn name(&self) -> &str {
-        READ_RESOURCE
+impl CatalogTool {
+    fn new(
+        kind: Kind,
+        description: String,
+        schema: Value,
+        servers: &[&(Arc<Server>, Catalog)],
+    ) -> Self {
+        CatalogTool {
+            kind,
+            description,
+            schema,
+            servers: servers.iter().map(|(s, _)| s.clone()).collect(),
+        }
     }
 
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> Value {
-        self.schema.clone()
-    }
-
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Network
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let server = pick(&self.servers, &args)?;
-        let uri = args["uri"].as_str().unwrap_or_default().to_owned();
-        let result = server
-            .request(ctx, |service| async move {
-                service
-                    .read_resource(ReadResourceRequestParams::new(uri))
-                    .await
-            })
-            .await
-            .map_err(|e| ToolError::model(format!("{e} (MCP server `{}`)", server.name)))?;
-        Ok(result
-            .contents
+    /// The server the arguments name (one of this tool's).
+    fn pick(&self, args: &Value) -> Result<&Arc<Server>, ToolError> {
+        let name = args["server"].as_str().unwrap_or_default();
+        self.servers
             .iter()
-            .map(contents_text)
-            .collect::<Vec<_>>()
-            .join("\n\n"))
+            .find(|s| s.name == name)
+            .ok_or_else(|| ToolError::model(format!("no MCP server `{name}` offers this")))
     }
 }
 
-struct GetPrompt {
-    description: String,
-    schema: Value,
-    servers: Vec<Arc<Server>>,
+/// A resource's contents as text, several separated by a blank line.
+async fn read_resource(
+    server: &Arc<Server>,
+    args: &Value,
+    ctx: &ToolContext,
+) -> Result<String, String> {
+    let uri = args["uri"].as_str().unwrap_or_default().to_owned();
+    let result = server
+        .request(ctx, |service| async move {
+            service
+                .read_resource(ReadResourceRequestParams::new(uri))
+                .await
+                .map_err(Failure::from)
+        })
+        .await?;
+    Ok(result
+        .contents
+        .iter()
+        .map(contents_text)
+        .collect::<Vec<_>>()
+        .join("\n\n"))
+}
+
+/// A prompt filled in: its description, then its messages as `role: text` lines.
+async fn get_prompt(
+    server: &Arc<Server>,
+    args: &Value,
+    ctx: &ToolContext,
+) -> Result<String, String> {
+    let arguments = match args.get("arguments") {
+        Some(Value::Object(given)) => given.clone(),
+        _ => Map::new(),
+    };
+    let params = GetPromptRequestParams::new(args["name"].as_str().unwrap_or_default())
+        .with_arguments(arguments);
+    let result = server
+        .request(ctx, |service| async move {
+            service.get_prompt(params).await.map_err(Failure::from)
+        })
+        .await?;
+    let mut text = String::new();
+    if let Some(about) = &result.description {
+        let _ = writeln!(text, "{about}\n");
+    }
+    for message in &result.messages {
+        let role = match message.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        let _ = writeln!(text, "{role}: {}", block_text(&message.content));
+    }
+    Ok(text.trim_end().to_owned())
 }
 
 #[async_trait]
-impl Tool for GetPrompt {
+impl Tool for CatalogTool {
     fn name(&self) -> &str {
-        GET_PROMPT
+        match self.kind {
+            Kind::ReadResource => READ_RESOURCE,
+            Kind::GetPrompt => GET_PROMPT,
+        }
     }
 
     fn description(&self) -> &str {
@@ -238,31 +275,11 @@ impl Tool for GetPrompt {
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let server = pick(&self.servers, &args)?;
-        let mut params = GetPromptRequestParams::new(args["name"].as_str().unwrap_or_default());
-        if let Some(Value::Object(given)) = args.get("arguments") {
-            params = params.with_arguments(given.clone());
-        } else {
-            params = params.with_arguments(Map::new());
-        }
-        let result = server
-            .request(
-                ctx,
-                |service| async move { service.get_prompt(params).await },
-            )
-            .await
-            .map_err(|e| ToolError::model(format!("{e} (MCP server `{}`)", server.name)))?;
-        let mut text = String::new();
-        if let Some(about) = &result.description {
-            let _ = writeln!(text, "{about}\n");
-        }
-        for message in &result.messages {
-            let role = match message.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            let _ = writeln!(text, "{role}: {}", block_text(&message.content));
-        }
-        Ok(text.trim_end().to_owned())
+        let server = self.pick(&args)?;
+        let answer = match self.kind {
+            Kind::ReadResource => read_resource(server, &args, ctx).await,
+            Kind::GetPrompt => get_prompt(server, &args, ctx).await,
+        };
+        answer.map_err(|e| ToolError::model(format!("{e} (MCP server `{}`)", server.name)))
     }
 }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use backon::Retryable;
 use serde::Deserialize;
 use weft_core::Tool;
 use weft_protocol::ToolCategory;
@@ -175,25 +176,19 @@ async fn join(
     tracing::warn!(server = %config.name, error = %error, "MCP server unavailable: trying again in the background");
     let hub = Arc::downgrade(&hub);
     tokio::spawn(async move {
-        let mut wait = server::FIRST_RETRY;
-        loop {
-            tokio::time::sleep(wait).await;
-            if hub.strong_count() == 0 {
-                return;
-            }
-            match attempt(rank, &config, &assets).await {
-                Ok(offer) => {
-                    tracing::info!(server = %config.name, "MCP server connected after all");
-                    if let Some(hub) = hub.upgrade() {
-                        welcome(&hub, offer);
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(server = %config.name, error = %e, ?wait, "MCP server still unavailable");
-                    wait = (wait * 2).min(server::LAST_RETRY);
-                }
-            }
+        tokio::time::sleep(server::FIRST_RETRY).await;
+        let joined = (|| attempt(rank, &config, &assets))
+            .retry(server::backoff())
+            .sleep(tokio::time::sleep)
+            // Give up once nobody holds the hub (the server shut down).
+            .when(|_| hub.strong_count() > 0)
+            .notify(|e: &String, wait| {
+                tracing::debug!(server = %config.name, error = %e, ?wait, "MCP server still unavailable");
+            })
+            .await;
+        if let (Ok(offer), Some(hub)) = (joined, hub.upgrade()) {
+            tracing::info!(server = %config.name, "MCP server connected after all");
+            welcome(&hub, offer);
         }
     });
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{ProgressNotificationParam, Prompt, Resource, ResourceTemplate};
 use rmcp::service::{NotificationContext, RunningService};
@@ -50,9 +51,16 @@ impl ClientHandler for Handler {
 
 pub(super) type Service = RunningService<RoleClient, Handler>;
 
-/// Backoff between reconnection attempts.
+/// Backoff between connection attempts: 250 ms, doubling to 30 s, without end.
 pub(super) const FIRST_RETRY: Duration = Duration::from_millis(250);
-pub(super) const LAST_RETRY: Duration = Duration::from_secs(30);
+const LAST_RETRY: Duration = Duration::from_secs(30);
+
+pub(super) fn backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(FIRST_RETRY)
+        .with_max_delay(LAST_RETRY)
+        .without_max_times()
+}
 
 /// What a server offers besides its tools (empty where it has no such capability).
 #[derive(Default, Clone)]
@@ -132,28 +140,23 @@ impl Server {
             if server.reconnecting.swap(true, Ordering::SeqCst) {
                 return;
             }
-            let mut wait = FIRST_RETRY;
-            loop {
-                match start(&server.config, &server.changed).await {
-                    Ok(service) => {
-                        tracing::info!(server = %server.name, "MCP server reconnected");
-                        *server.service.write().await = Some(Arc::new(service));
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(server = %server.name, error = %e, ?wait, "MCP server still down");
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(LAST_RETRY);
-                    }
-                }
+            let restarted = (|| start(&server.config, &server.changed))
+                .retry(backoff())
+                .sleep(tokio::time::sleep)
+                .notify(|e: &String, wait| {
+                    tracing::warn!(server = %server.name, error = %e, ?wait, "MCP server still down");
+                })
+                .await;
+            if let Ok(service) = restarted {
+                tracing::info!(server = %server.name, "MCP server reconnected");
+                *server.service.write().await = Some(Arc::new(service));
             }
             server.reconnecting.store(false, Ordering::SeqCst);
             server.reconnected.notify_waiters();
         });
     }
 
-    /// One request to the server, bounded by its timeout and the turn's stop; a dropped
-    /// connection is remade in the background and the request fails saying so.
+    /// One request to the server, bounded by its timeout and the turn's stop.
     pub(super) async fn request<T, F, Fut>(
         self: &Arc<Self>,
         ctx: &ToolContext,
@@ -161,7 +164,7 @@ impl Server {
     ) -> Result<T, String>
     where
         F: FnOnce(Arc<Service>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+        Fut: std::future::Future<Output = Result<T, Failure>>,
     {
         let service = self.current().await?;
         let answer = tokio::select! {
@@ -170,14 +173,26 @@ impl Server {
         };
         match answer {
             Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if is_connection_lost(&e) => {
-                self.reconnect(&service);
+            Ok(outcome) => self.settle(&service, outcome),
+        }
+    }
+
+    /// The answer, or the error the model reads; a lost connection is remade in the
+    /// background.
+    pub(super) fn settle<T>(
+        self: &Arc<Self>,
+        service: &Arc<Service>,
+        outcome: Result<T, Failure>,
+    ) -> Result<T, String> {
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(Failure::Call(e)) => Err(e),
+            Err(Failure::Connection(e)) => {
+                self.reconnect(service);
                 Err(format!(
                     "the connection to the server was lost ({e}); it is being restarted"
                 ))
             }
-            Ok(Err(e)) => Err(e.to_string()),
         }
     }
 
@@ -212,12 +227,22 @@ impl Server {
     }
 }
 
-/// Whether an error means the connection itself is gone (and should be remade).
-pub(super) fn is_connection_lost(error: &rmcp::ServiceError) -> bool {
-    matches!(
-        error,
-        rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
-    )
+/// Why a request gave no answer: the request itself, or the connection under it (which is
+/// then remade).
+pub(super) enum Failure {
+    Call(String),
+    Connection(String),
+}
+
+impl From<rmcp::ServiceError> for Failure {
+    fn from(error: rmcp::ServiceError) -> Self {
+        match error {
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+                Failure::Connection(error.to_string())
+            }
+            other => Failure::Call(other.to_string()),
+        }
+    }
 }
 
 /// Start (or reach) the server and complete the MCP handshake, within its `timeout_ms` (a

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
-use super::server::{is_connection_lost, Server, Service};
+use super::server::{Failure, Server, Service};
 
 /// How long, at most, an answered call waits for progress reports still on their way.
 const PROGRESS_GRACE: Duration = Duration::from_millis(100);
@@ -97,16 +97,8 @@ struct McpTool {
 impl McpTool {
     async fn run(&self, args: Map<String, Value>, ctx: &ToolContext) -> Result<String, String> {
         let service = self.server.current().await?;
-        match self.call(&service, args, ctx).await {
-            Err(Failure::Connection(e)) => {
-                self.server.reconnect(&service);
-                Err(format!(
-                    "the connection to the server was lost ({e}); it is being restarted"
-                ))
-            }
-            Err(Failure::Call(e)) => Err(e),
-            Ok(text) => Ok(text),
-        }
+        let outcome = self.call(&service, args, ctx).await;
+        self.server.settle(&service, outcome)
     }
 
     async fn call(
@@ -218,22 +210,6 @@ impl McpTool {
             answer["notes"] = json!(notes);
         }
         answer.to_string()
-    }
-}
-
-/// Why a call gave no result: the call itself, or the connection under it.
-enum Failure {
-    Call(String),
-    Connection(String),
-}
-
-impl From<rmcp::ServiceError> for Failure {
-    fn from(error: rmcp::ServiceError) -> Self {
-        if is_connection_lost(&error) {
-            Failure::Connection(error.to_string())
-        } else {
-            Failure::Call(error.to_string())
-        }
     }
 }
 
