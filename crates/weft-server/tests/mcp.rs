@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{of_type, TestServer};
+use support::{of_type, tool_end, TestServer};
 use weft_protocol::ToolCategory;
 use weft_tools::mcp::McpServerConfig;
 
@@ -68,18 +68,6 @@ async fn start(timeout_ms: u64) -> TestServer {
     .await
 }
 
-fn last_result(server: &TestServer) -> String {
-    server
-        .provider
-        .requests()
-        .pop()
-        .unwrap()
-        .messages
-        .last()
-        .unwrap()
-        .text()
-}
-
 #[tokio::test]
 async fn allowed_servers_tools_ask_by_category_and_answer() {
     let server = start(10_000).await;
@@ -97,7 +85,7 @@ async fn allowed_servers_tools_ask_by_category_and_answer() {
     c.send(json!({"type": "tool_approval_response", "tool_call_id": ask["tool_call_id"], "decision": "allow"}))
         .await;
     c.turn().await;
-    assert_eq!(last_result(&server), "echo: hi");
+    assert_eq!(server.last_tool_result(), "echo: hi");
     let names: Vec<String> = server
         .provider
         .requests()
@@ -140,15 +128,11 @@ async fn allowed_servers_tools_ask_by_category_and_answer() {
     c.chat(None, "reader please", json!({})).await;
     let frames = c.turn().await;
     assert!(of_type(&frames, "tool_approval_request").is_empty());
-    assert_eq!(last_result(&server), "echo: quiet");
+    assert_eq!(server.last_tool_result(), "echo: quiet");
     c.chat(None, "fail please", json!({"permission_mode": "auto"}))
         .await;
     let frames = c.turn().await;
-    let end = of_type(&frames, "tool_call_update")
-        .into_iter()
-        .find(|f| f["status"] == "end")
-        .unwrap()
-        .clone();
+    let end = tool_end(&frames).clone();
     assert_eq!(end["is_error"], true);
     assert!(
         end["result"]
@@ -187,7 +171,7 @@ async fn progress_becomes_frames_and_a_slow_call_times_out() {
     assert!(of_type(&frames, "mcp_progress")
         .iter()
         .all(|f| f["total"] == 3.0));
-    assert_eq!(last_result(&server), "counted to 3");
+    assert_eq!(server.last_tool_result(), "counted to 3");
     server.stop().await;
 
     let server = start(300).await;
@@ -195,7 +179,7 @@ async fn progress_becomes_frames_and_a_slow_call_times_out() {
     c.chat(None, "long count", json!({"permission_mode": "auto"}))
         .await;
     c.turn().await;
-    let result = last_result(&server);
+    let result = server.last_tool_result();
     assert!(
         result.contains("timed out") || result.contains("timeout"),
         "{result}"
@@ -261,7 +245,7 @@ async fn a_changed_tool_list_reaches_the_next_turns() {
     c.chat(None, "reveal please", json!({"permission_mode": "auto"}))
         .await;
     c.turn().await;
-    assert_eq!(last_result(&server), "revealed");
+    assert_eq!(server.last_tool_result(), "revealed");
     // The server said its tools changed; they are listed again in the background.
     for _ in 0..100 {
         if has_bonus() {
@@ -273,7 +257,7 @@ async fn a_changed_tool_list_reaches_the_next_turns() {
     c.chat(None, "bonus please", json!({"permission_mode": "auto"}))
         .await;
     c.turn().await;
-    assert_eq!(last_result(&server), "bonus!");
+    assert_eq!(server.last_tool_result(), "bonus!");
     server.stop().await;
 }
 
@@ -285,11 +269,7 @@ async fn plan_mode_refuses_mcp_tools_and_progress_can_be_off() {
         .await;
     let frames = c.turn().await;
     assert!(of_type(&frames, "tool_approval_request").is_empty());
-    let end = of_type(&frames, "tool_call_update")
-        .into_iter()
-        .find(|f| f["status"] == "end")
-        .unwrap()
-        .clone();
+    let end = tool_end(&frames).clone();
     assert_eq!(end["is_error"], true, "{end}");
     assert_eq!(end["metadata"]["status"], "rejected", "{end}");
     server.stop().await;
@@ -306,7 +286,7 @@ async fn plan_mode_refuses_mcp_tools_and_progress_can_be_off() {
         .await;
     let frames = c.turn().await;
     assert!(of_type(&frames, "mcp_progress").is_empty());
-    assert_eq!(last_result(&quiet), "counted to 3");
+    assert_eq!(quiet.last_tool_result(), "counted to 3");
     quiet.stop().await;
 }
 
@@ -320,7 +300,7 @@ async fn resources_and_prompts_are_read_tools_listing_what_there_is() {
     let frames = c.turn().await;
     assert!(of_type(&frames, "tool_approval_request").is_empty());
     assert_eq!(
-        last_result(&server),
+        server.last_tool_result(),
         "A loom weaves weft threads through the warp."
     );
     let tools = server.provider.requests().pop().unwrap().tools;
@@ -352,17 +332,13 @@ async fn resources_and_prompts_are_read_tools_listing_what_there_is() {
     c.chat(None, "greet please", json!({"permission_mode": "plan"}))
         .await;
     c.turn().await;
-    assert_eq!(last_result(&server), "user: Say hello to Ada, warmly.");
+    assert_eq!(server.last_tool_result(), "user: Say hello to Ada, warmly.");
 
     // A resource the server does not have is an error the model reads.
     c.chat(None, "missing please", json!({"permission_mode": "plan"}))
         .await;
     let frames = c.turn().await;
-    let end = of_type(&frames, "tool_call_update")
-        .into_iter()
-        .find(|f| f["status"] == "end")
-        .unwrap()
-        .clone();
+    let end = tool_end(&frames).clone();
     assert_eq!(end["is_error"], true);
     assert!(
         end["result"]
@@ -423,6 +399,6 @@ async fn a_server_that_never_answers_does_not_hold_up_the_others() {
     c.chat(None, "echo please", json!({"permission_mode": "auto"}))
         .await;
     c.turn().await;
-    assert_eq!(last_result(&server), "echo: hi");
+    assert_eq!(server.last_tool_result(), "echo: hi");
     server.stop().await;
 }

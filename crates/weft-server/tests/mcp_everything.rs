@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{of_type, TestServer};
+use support::{of_type, tool_end, TestServer};
 use weft_tools::mcp::McpServerConfig;
 
 /// The server's entry point, installed by `scripts/test.sh` (`npm ci --prefix mcp-fixtures`).
@@ -133,18 +133,6 @@ async fn start(config: McpServerConfig, progress: bool) -> TestServer {
     .await
 }
 
-fn last_result(server: &TestServer) -> String {
-    server
-        .provider
-        .requests()
-        .pop()
-        .unwrap()
-        .messages
-        .last()
-        .unwrap()
-        .text()
-}
-
 /// The tool specs the model was last offered, by name.
 fn offered(server: &TestServer) -> Vec<(String, String)> {
     server
@@ -161,11 +149,7 @@ fn offered(server: &TestServer) -> Vec<(String, String)> {
 
 /// The `end` update of the turn's only tool call: (is_error, result, metadata status).
 fn end_of(frames: &[Value]) -> (bool, String, Value) {
-    let end = of_type(frames, "tool_call_update")
-        .into_iter()
-        .find(|f| f["status"] == "end")
-        .unwrap()
-        .clone();
+    let end = tool_end(frames);
     (
         end["is_error"] == true,
         end["result"].as_str().unwrap_or_default().to_owned(),
@@ -191,7 +175,7 @@ async fn exercise(server: &TestServer) {
     c.send(json!({"type": "tool_approval_response", "tool_call_id": ask["tool_call_id"], "decision": "allow"}))
         .await;
     c.turn().await;
-    assert_eq!(last_result(server), "Echo: hi");
+    assert_eq!(server.last_tool_result(), "Echo: hi");
     let names: Vec<String> = offered(server).into_iter().map(|(n, _)| n).collect();
     for expected in [
         "mcp__everything__echo",

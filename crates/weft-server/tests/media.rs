@@ -111,18 +111,7 @@ async fn generate_image_asks_first_retries_a_500_and_keeps_the_image() {
         .await;
     let frames = c.turn().await;
     assert!(of_type(&frames, "error").is_empty(), "{frames:?}");
-    let result: Value = serde_json::from_str(
-        &server
-            .provider
-            .requests()
-            .pop()
-            .unwrap()
-            .messages
-            .last()
-            .unwrap()
-            .text(),
-    )
-    .unwrap();
+    let result: Value = serde_json::from_str(&server.last_tool_result()).unwrap();
     assert_eq!(result["mime_type"], "image/png");
     let (status, kind, bytes, _) = asset(&server, result["url"].as_str().unwrap(), None).await;
     assert_eq!(
@@ -293,18 +282,7 @@ async fn speech_through_an_api_is_mp3() {
     c.chat(None, "say hello", json!({"permission_mode": "auto"}))
         .await;
     c.turn().await;
-    let result: Value = serde_json::from_str(
-        &server
-            .provider
-            .requests()
-            .pop()
-            .unwrap()
-            .messages
-            .last()
-            .unwrap()
-            .text(),
-    )
-    .unwrap();
+    let result: Value = serde_json::from_str(&server.last_tool_result()).unwrap();
     assert_eq!(result["mime_type"], "audio/mpeg");
     let spoken = api
         .received_requests()

@@ -188,6 +188,18 @@ impl TestServer {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The text of the last message the model was sent (after a tool round: its result).
+    pub fn last_tool_result(&self) -> String {
+        self.provider
+            .requests()
+            .pop()
+            .expect("the model was asked")
+            .messages
+            .last()
+            .expect("with messages")
+            .text()
+    }
+
     pub async fn client(&self) -> Client {
         self.client_with_key(None).await.unwrap()
     }
@@ -375,6 +387,14 @@ pub fn hint(id: &str) -> &str {
 /// A JSON id value reduced to its provider hint.
 pub fn hinted(id: &Value) -> Value {
     id.as_str().map_or(Value::Null, |s| json!(hint(s)))
+}
+
+/// The first tool call's `end` update among `frames`.
+pub fn tool_end(frames: &[Value]) -> &Value {
+    frames
+        .iter()
+        .find(|f| f["type"] == "tool_call_update" && f["status"] == "end")
+        .expect("a tool call ended")
 }
 
 pub fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
