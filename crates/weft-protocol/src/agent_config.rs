@@ -156,6 +156,12 @@ pub enum AgentConfigError {
     UnknownHitlTool(String),
     UnknownTool(String),
     ZeroLimit(&'static str),
+    /// A limit above the operator's `[agent]` value (the ceiling of every stored agent).
+    AboveCeiling {
+        field: &'static str,
+        value: String,
+        ceiling: String,
+    },
 }
 
 impl AgentConfigError {
@@ -171,6 +177,7 @@ impl AgentConfigError {
             AgentConfigError::UnknownHitlTool(_) => "hitl_tools",
             AgentConfigError::UnknownTool(_) => "tools",
             AgentConfigError::ZeroLimit(field) => field,
+            AgentConfigError::AboveCeiling { field, .. } => field,
         }
     }
 }
@@ -214,6 +221,14 @@ impl std::fmt::Display for AgentConfigError {
                 write!(f, "tools names {t:?}, which this server does not have")
             }
             AgentConfigError::ZeroLimit(field) => write!(f, "{field} must be at least 1"),
+            AgentConfigError::AboveCeiling {
+                field,
+                value,
+                ceiling,
+            } => write!(
+                f,
+                "{field} is {value}, above this server's limit of {ceiling} ([agent] {field})"
+            ),
         }
     }
 }

@@ -47,6 +47,12 @@ pub fn is_identifier(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
+/// Whether `name` can name a user: an identifier that does not start with `.` (user names
+/// name workspace directories, so `.`, `..` and hidden names are refused).
+pub fn is_user_name(name: &str) -> bool {
+    is_identifier(name) && !name.starts_with('.')
+}
+
 /// `text` cut to at most `max` bytes (at a character boundary), `…` marking a cut.
 pub fn clip(text: &str, max: usize) -> String {
     if text.len() <= max {

@@ -1,6 +1,7 @@
 //! Weft's wire contract (PROTOCOL.md) as serde types; no I/O lives here.
 
 pub mod agent_config;
+mod agent_limits;
 pub mod command;
 pub mod control;
 pub mod event;
@@ -23,7 +24,7 @@ pub use event::{
     Amount, BudgetReason, ErrorCode, ServerEvent, ServerFrame, StoredMessage, ToolCallStatus,
 };
 pub use inbound::{
-    check_identifiers_of, clip, decode_inbound, echo, is_identifier, InboundError, InboundFrame,
+    check_identifiers_of, clip, decode_inbound, echo, is_identifier, is_user_name, InboundError, InboundFrame,
     ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS,
 };
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};

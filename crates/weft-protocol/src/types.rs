@@ -103,6 +103,17 @@ impl From<String> for MessageContent {
 }
 
 impl MessageContent {
+    /// Whether there is nothing to send: no text but blanks, and no media.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            MessageContent::Text(t) => t.trim().is_empty(),
+            MessageContent::Parts(parts) => parts.iter().all(|p| match p {
+                ContentPart::Text { text } => text.trim().is_empty(),
+                ContentPart::ImageUrl { .. } | ContentPart::AudioUrl { .. } => false,
+            }),
+        }
+    }
+
     /// The text of the message, parts joined by newlines; images are skipped.
     pub fn text(&self) -> String {
         match self {

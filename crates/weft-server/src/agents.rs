@@ -37,23 +37,30 @@ pub async fn resolve(
                 format!("no agent `{}`; see GET /agents", clip(name, 64)),
             )
         })?;
-    serde_json::from_str::<AgentConfig>(&row.config)
-        .map(Arc::new)
-        .map_err(internal)
+    let mut config = serde_json::from_str::<AgentConfig>(&row.config).map_err(internal)?;
+    // The operator may have lowered `[agent]` since the agent was stored.
+    let lowered = config.clamp_to(&state.agent);
+    if !lowered.is_empty() {
+        tracing::info!(agent = %config.name, ?lowered, "a stored agent's limits lowered to [agent]");
+    }
+    Ok(Arc::new(config))
 }
 
 /// A config from a request body: unknown fields and invalid values are errors naming the
-/// field; tool names must be tools this server has.
+/// field; tool names must be tools this server has. The operator's `[agent]` is the ceiling:
+/// a limit left out is the operator's, one above it is an error naming the field.
 fn parse(state: &AppState, body: &Value) -> Result<AgentConfig, (String, String)> {
     let mut unknown = Vec::new();
-    let config: AgentConfig =
+    let mut config: AgentConfig =
         serde_ignored::deserialize(body, |path| unknown.push(path.to_string()))
             .map_err(|e| ("body".to_owned(), e.to_string()))?;
     if let Some(field) = unknown.into_iter().next() {
         return Err((field.clone(), format!("unknown field `{field}`")));
     }
     let check = |e: AgentConfigError| (e.field().to_owned(), e.to_string());
+    config.inherit_limits(&state.agent, |field| body.get(field).is_some());
     config.validate().map_err(check)?;
+    config.check_within(&state.agent).map_err(check)?;
     config.validate_tools(&state.tool_names()).map_err(check)?;
     Ok(config)
 }

@@ -130,6 +130,9 @@ pub async fn list(
 }
 
 async fn own(state: &AppState, owner: &str, name: &str) -> Rest<CollectionRow> {
+    if !valid_name(name) {
+        return Err(not_found());
+    }
     state
         .store
         .own_collection(owner, name)

@@ -488,9 +488,10 @@ impl Config {
             }
         }
         for entry in &self.auth.api_keys {
-            if !weft_protocol::is_identifier(&entry.user) {
+            if !weft_protocol::is_user_name(&entry.user) {
                 return Err(ConfigError::Invalid(format!(
-                    "auth.api_keys: user {:?} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+                    "auth.api_keys: user {:?} must be 1 to 128 characters of A-Z a-z 0-9 . _ : - \
+                     not starting with `.`",
                     weft_protocol::clip(&entry.user, 64)
                 )));
             }
@@ -641,6 +642,17 @@ mod tests {
             user: "../etc".into(),
         }];
         assert!(config.validate().is_err());
+        for name in [".", "..", ".hidden"] {
+            config.auth.api_keys[0].user = name.into();
+            let e = config.validate().unwrap_err().to_string();
+            assert!(e.contains("not starting with `.`"), "{name}: {e}");
+        }
+        // The environment's keys are checked the same way.
+        let mut config = Config::default();
+        config.apply_env(|k| (k == "WEFT_API_KEYS").then(|| "k1:..,k2:bob".to_owned()));
+        assert!(config.validate().is_err());
+        config.auth.api_keys[0].user = "alice.b".into();
+        assert!(config.validate().is_ok());
     }
 
     #[test]

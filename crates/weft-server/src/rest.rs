@@ -45,6 +45,10 @@ pub async fn user(state: &AppState, headers: &HeaderMap, query: &KeyQuery) -> Re
 }
 
 async fn owned(state: &AppState, user: &User, id: &str) -> Rest<()> {
+    // A path that cannot be a thread's id names no thread (and never reaches the database).
+    if !weft_protocol::is_identifier(id) {
+        return Err(no_thread());
+    }
     // A live thread is authoritative: its creation may still be on its way to the database.
     if let Some(runtime) = state.hub.get(id) {
         return if runtime.owner == user.id {
@@ -58,11 +62,7 @@ async fn owned(state: &AppState, user: &User, id: &str) -> Rest<()> {
         };
     }
     match state.store.thread(id).await.map_err(internal)? {
-        None => Err(problem(
-            StatusCode::NOT_FOUND,
-            "thread_not_found",
-            "no such thread",
-        )),
+        None => Err(no_thread()),
         Some(row) if row.owner != user.id => Err(problem(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -70,6 +70,10 @@ async fn owned(state: &AppState, user: &User, id: &str) -> Rest<()> {
         )),
         Some(_) => Ok(()),
     }
+}
+
+fn no_thread() -> Response {
+    problem(StatusCode::NOT_FOUND, "thread_not_found", "no such thread")
 }
 
 pub async fn list_threads(
@@ -132,12 +136,11 @@ pub async fn message_trace(
 ) -> Rest<Response> {
     let user = user(&state, &headers, &q).await?;
     owned(&state, &user, &id).await?;
-    let Some(message) = state
-        .store
-        .message(&id, &message_id)
-        .await
-        .map_err(internal)?
-    else {
+    let message = match weft_protocol::is_identifier(&message_id) {
+        true => state.store.message(&id, &message_id).await.map_err(internal)?,
+        false => None,
+    };
+    let Some(message) = message else {
         return Err(problem(
             StatusCode::NOT_FOUND,
             "message_not_found",

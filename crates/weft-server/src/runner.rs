@@ -12,7 +12,7 @@ use weft_core::{
     RunParallelSubagentsTool, TurnEnd, TurnOutcome, TurnSpec,
 };
 use weft_protocol::{
-    AgentConfig, ChatMessageData, ErrorCode, MessageContent, PermissionMode, ServerEvent,
+    AgentConfig, ChatMessageData, ErrorCode, PermissionMode, ServerEvent,
     ToolCallStatus,
 };
 use weft_store::{new_id, now_ms, ApprovalRow, NewMessage, StoreError, ThreadRow, WriteOp};
@@ -64,7 +64,7 @@ pub async fn start_turn_with(
         }
     };
     let text = data.content.text();
-    if text.trim().is_empty() && matches!(data.content, MessageContent::Text(_)) {
+    if data.content.is_empty() {
         return Err((ErrorCode::InvalidField, "content is empty".into()));
     }
     state

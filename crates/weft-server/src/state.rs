@@ -341,11 +341,15 @@ impl AppState {
     }
 
     /// The workspace a user's tools work in: their own directory under the root, or the
-    /// root itself when the workspace is shared (user ids are identifiers, safe as names).
+    /// root itself when the workspace is shared. A name that is not a user name (`.`, `..`)
+    /// has none: it would name the root or what lies above it.
     pub fn workspace_of(&self, user: &str) -> Option<Arc<Path>> {
         let root = self.workspace_root.as_ref()?;
         if self.config.policy.shared_workspace {
             return Some(root.clone());
+        }
+        if !weft_protocol::is_user_name(user) {
+            return None;
         }
         Some(Arc::from(root.join(user).as_path()))
     }

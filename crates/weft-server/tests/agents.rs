@@ -690,3 +690,84 @@ async fn a_large_result_is_offloaded_and_paged_back_by_its_owner_only() {
     assert_eq!(end["result"], format!("error: no artifact `{id}`"));
     server.stop().await;
 }
+
+/// Tool calls that ran (ended without an error).
+fn ran(frames: &[Value]) -> usize {
+    of_type(frames, "tool_call_update")
+        .into_iter()
+        .filter(|f| f["status"] == "end" && f["is_error"] == false)
+        .count()
+}
+
+/// A script that calls a tool every round, for ever.
+fn tool_loop() -> Value {
+    let steps: Vec<_> = (0..200)
+        .map(|i| json!({"tool_calls": [{"name": "memory_write", "arguments": {"key": format!("k{i}"), "value": "v"}}]}))
+        .collect();
+    json!({"conversations": [{"match": "*", "steps": steps}]})
+}
+
+#[tokio::test]
+async fn the_operators_agent_table_is_the_ceiling_of_every_stored_agent() {
+    let server = TestServer::start_with(tool_loop(), |c| {
+        c.agent.max_wall_clock_ms = 4_000;
+        c.agent.max_total_tool_calls = 20;
+        c.agent.max_iterations_per_level = 200;
+        c.agent.max_output_bytes = 1 << 20;
+        c.agent.max_cost_usd = Some(5.0);
+    })
+    .await;
+
+    // A limit above the operator's is refused, naming the field.
+    for (field, value) in [
+        ("max_total_tool_calls", json!(1000)),
+        ("max_wall_clock_ms", json!(60_000)),
+        ("max_output_bytes", json!(100 << 20)),
+        ("max_cost_usd", Value::Null),
+        ("max_steps", json!(500)),
+    ] {
+        let mut agent = json!({"name": "greedy"});
+        agent[field] = value;
+        let (status, body) = server
+            .call(Method::POST, "/agents", None, Some(agent))
+            .await;
+        assert_eq!(status, 422, "{field}: {body}");
+        assert_eq!(body["error"]["field"], field, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("above this server's limit"),
+            "{body}"
+        );
+    }
+    let (status, _) = server.get("/agents/greedy", None).await;
+    assert_eq!(status, 404, "nothing was stored");
+
+    // One that names no limit has the operator's, and a turn with it stops at them.
+    create(&server, json!({"name": "nolimits"})).await;
+    let (_, stored) = server.get("/agents/nolimits", None).await;
+    assert_eq!(stored["max_total_tool_calls"], 20);
+    assert_eq!(stored["max_wall_clock_ms"], 4_000);
+    assert_eq!(stored["max_iterations_per_level"], 200);
+    let mut c = server.client().await;
+    c.chat(None, "loop", json!({"agent": "nolimits"})).await;
+    let frames = c.turn().await;
+    let trips = of_type(&frames, "budget_exceeded");
+    assert_eq!(trips.len(), 1, "{frames:?}");
+    assert_eq!(trips[0]["reason"], "tool_calls");
+    assert_eq!(ran(&frames), 20);
+
+    // An agent stored before the operator lowered the ceiling is clamped when it runs.
+    let old = json!({"name": "old", "max_total_tool_calls": 100_000, "max_iterations_per_level": 1000, "max_wall_clock_ms": 3_600_000});
+    server
+        .store()
+        .create_agent("local", "old", &old.to_string())
+        .await
+        .unwrap();
+    c.chat(None, "loop", json!({"agent": "old"})).await;
+    let frames = c.turn().await;
+    assert_eq!(of_type(&frames, "budget_exceeded")[0]["reason"], "tool_calls");
+    assert_eq!(ran(&frames), 20);
+    server.stop().await;
+}
