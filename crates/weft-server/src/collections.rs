@@ -212,6 +212,9 @@ pub async fn documents(
     Query(q): Query<KeyQuery>,
 ) -> Rest<Response> {
     let user = user(&state, &headers, &q).await?;
+    if !valid_name(&name) {
+        return Err(not_found());
+    }
     let collection = state
         .store
         .visible_collection(&user.id, &name)

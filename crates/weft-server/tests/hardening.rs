@@ -177,6 +177,62 @@ async fn identifiers_are_checked() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn input_leftovers_get_clear_errors() {
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "ok", "repeat": true}]}]}),
+    )
+    .await;
+    let mut c = server.client().await;
+    // Content with nothing in it starts no turn.
+    for content in [json!([]), json!([{"type": "text", "text": "  "}]), json!("")] {
+        c.send(json!({"command": "chat_message", "data": {"content": content}}))
+            .await;
+        let reply = c.recv().await;
+        assert_eq!(reply["type"], "error", "{content}");
+        assert_eq!(reply["code"], "invalid_field", "{content}");
+    }
+    // A MessagePack frame with bytes after its value is refused.
+    let mut frame = rmp_serde::to_vec_named(&json!({"type": "ping"})).unwrap();
+    frame.extend_from_slice(&[0xc0, 0xc0]);
+    c.ws.send(Message::Binary(frame.into())).await.unwrap();
+    let reply = c.recv().await;
+    assert_eq!(reply["code"], "invalid_json", "{reply}");
+    // A megabyte of one-byte nils is refused before it is decoded.
+    let mut nils = vec![0xdd];
+    nils.extend_from_slice(&(900_000u32).to_be_bytes());
+    nils.resize(5 + 900_000, 0xc0);
+    c.ws.send(Message::Binary(nils.into())).await.unwrap();
+    let reply = c.recv().await;
+    assert_eq!(reply["code"], "invalid_json", "{reply}");
+    assert!(reply["message"].as_str().unwrap().contains("more than"));
+    // Nothing was started.
+    assert!(server.store().threads_of("local").await.unwrap().is_empty());
+    // The socket still works.
+    c.send(json!({"type": "ping"})).await;
+    assert_eq!(c.recv().await["type"], "pong");
+
+    // A path that cannot be an id is a 404 on both databases, never a 500.
+    for path in [
+        "/threads/a%00b/messages",
+        "/threads/a%00b/items",
+        "/threads/a%00b/messages/m%00/trace",
+        "/collections/a%00b/documents",
+        "/workflows/a%00b",
+        "/agents/a%00b",
+        "/assets/a%00b",
+        "/prompts/a%00b",
+    ] {
+        let (status, body) = server.get(path, None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    let (status, _) = server
+        .call(reqwest::Method::DELETE, "/threads/a%00b", None, None)
+        .await;
+    assert_eq!(status, 404);
+    server.stop().await;
+}
+
 fn approval_ids(frames: &[Value]) -> Vec<String> {
     of_type(frames, "tool_approval_request")
         .iter()
