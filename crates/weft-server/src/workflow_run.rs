@@ -14,7 +14,9 @@ use weft_core::{
 };
 use weft_protocol::{AgentConfig, ChatMessageData, ErrorCode, PermissionMode};
 use weft_store::now_ms;
-use weft_workflow::{execute, validate, Job, RunRecord, RunResult, SavedWorkflow, WorkflowLibrary};
+use weft_workflow::{
+    execute, validate_within, Job, RunRecord, RunResult, SavedWorkflow, WorkflowLibrary,
+};
 
 use crate::commands::{internal, Connection, Refusal};
 use crate::runner::{start_turn_with, CustomMode};
@@ -46,7 +48,7 @@ pub async fn start(conn: &Connection, data: ChatMessageData) -> Result<(), Refus
             )
         })?;
     let workflow = crate::workflows::saved(&row).map_err(internal)?;
-    validate(&workflow.graph, &registry).map_err(|errors| {
+    validate_within(&workflow.graph, &registry, &state.config.workflow.limits()).map_err(|errors| {
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         (ErrorCode::InvalidGraph, errors.join("; "))
     })?;
@@ -141,24 +143,19 @@ async fn run_hosted(
         workflow_id: &workflow.id,
         prefix: None,
     };
-    let failed = |error: String| RunResult {
-        status: weft_workflow::RunStatus::Failed,
-        outputs: Map::new(),
-        nodes: Vec::new(),
-        error: Some(error),
-    };
+    let failed = RunResult::refused;
     let registry = match state.registry() {
         Ok(registry) => registry,
         Err((_, message)) => return failed(message),
     };
-    let plan = match validate(&workflow.graph, registry) {
+    let limits = state.config.workflow.limits();
+    let plan = match validate_within(&workflow.graph, registry, &limits) {
         Ok(plan) => plan,
         Err(errors) => {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
             return failed(format!("invalid_graph: {}", errors.join("; ")));
         }
     };
-    let limits = state.config.workflow.limits();
     let deadline = tokio::time::Instant::from_std(hosted.deadline());
     let run = execute(&plan, params, &site, registry, &limits, job);
     tokio::pin!(run);

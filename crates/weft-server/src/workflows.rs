@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use weft_protocol::ServerEvent;
 use weft_store::{new_id, now_ms, Store, WorkflowRow, WorkflowRunRow};
 use weft_workflow::{
-    validate, Graph, GraphError, RunRecord, RunResult, SavedWorkflow, WorkflowLibrary,
+    Graph, GraphError, RunRecord, RunResult, SavedWorkflow, WorkflowLibrary,
 };
 
 use crate::persist::rfc3339;
@@ -151,7 +151,8 @@ fn checked(state: &AppState, body: &WorkflowBody) -> Result<String, Box<Response
     let registry = state
         .registry()
         .map_err(|(_, message)| Box::new(disabled(&message)))?;
-    validate(&body.graph, registry).map_err(|errors| Box::new(invalid_graph(&errors)))?;
+    weft_workflow::validate_within(&body.graph, registry, &state.config.workflow.limits())
+        .map_err(|errors| Box::new(invalid_graph(&errors)))?;
     serde_json::to_string(&body.graph).map_err(|e| Box::new(internal(e)))
 }
 

@@ -1,117 +1,29 @@
-//! The executor: runs a plan's ready nodes concurrently (at most `max_parallel`), passes
-//! outputs along edges, skips whatever depends on a node that failed or was skipped (or on
-//! a port a branch did not produce), applies the per-node timeout, stops when the host
-//! stops, and reports every node and the run as `node_update` / `job_update` frames.
+//! The executor: runs a plan's ready nodes concurrently (at most `max_parallel` across the
+//! run and the runs nested in it), passes outputs along edges, skips whatever depends on a
+//! node that failed or was skipped (or on a port a branch did not produce), applies the
+//! per-node timeout and the run's node-run bound, stops when the host stops, and reports
+//! every node and the run as `node_update` / `job_update` frames. Runs nested in a node
+//! (`list.map`) go through [`Nested`], inside the same bounds.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use async_trait::async_trait;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use serde::Serialize;
 use serde_json::{Map, Value};
 use weft_protocol::tree::preview;
 use weft_protocol::ServerEvent;
 
+use crate::graph::Graph;
 use crate::host::RunHost;
-use crate::node::{NodeContext, Ports};
+use crate::node::{NodeContext, Ports, Subgraphs};
 use crate::nodes::io::OUTPUT;
 use crate::registry::NodeRegistry;
-use crate::validate::Plan;
+use crate::run::{Job, NodeRun, NodeStatus, RunBudget, RunLimits, RunResult, RunStatus};
+use crate::validate::{validate, Plan, PlanNode};
 
-/// Bounds of one run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunLimits {
-    pub max_parallel: usize,
-    pub node_timeout: Duration,
-}
-
-impl Default for RunLimits {
-    fn default() -> Self {
-        RunLimits {
-            max_parallel: 8,
-            node_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// Which run this is, for its frames.
-#[derive(Debug, Clone, Copy)]
-pub struct Job<'a> {
-    pub job_id: &'a str,
-    pub workflow_id: &'a str,
-    /// A run inside a node (`list.map`): no job frames, and node ids under this prefix.
-    pub prefix: Option<&'a str>,
-}
-
-impl Job<'_> {
-    fn inner(&self) -> bool {
-        self.prefix.is_some()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeStatus {
-    Pending,
-    Completed,
-    Failed,
-    Skipped,
-}
-
-impl NodeStatus {
-    fn as_str(self) -> &'static str {
-        match self {
-            NodeStatus::Pending => "pending",
-            NodeStatus::Completed => "completed",
-            NodeStatus::Failed => "failed",
-            NodeStatus::Skipped => "skipped",
-        }
-    }
-}
-
-/// What one node came to.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NodeRun {
-    pub node_id: String,
-    pub node_type: String,
-    pub status: NodeStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub duration_ms: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// What a run came to: its `output` nodes' values by name, and every node.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunResult {
-    pub status: RunStatus,
-    pub outputs: Map<String, Value>,
-    pub nodes: Vec<NodeRun>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// Run `plan` with `params` (what `input.*` nodes read).
+/// Run `plan` with `params` (what `input.*` nodes read), within `limits`.
 pub async fn execute(
     plan: &Plan,
     params: &Map<String, Value>,
@@ -120,134 +32,292 @@ pub async fn execute(
     limits: &RunLimits,
     job: Job<'_>,
 ) -> RunResult {
-    let n = plan.nodes.len();
-    let mut waiting: Vec<usize> = plan.nodes.iter().map(|p| p.upstream).collect();
-    let mut results: Vec<Option<Ports>> = vec![None; n];
-    let mut runs: Vec<NodeRun> = plan
-        .nodes
-        .iter()
-        .map(|p| NodeRun {
-            node_id: p.id.clone(),
-            node_type: p.node_type.type_name().to_owned(),
-            status: NodeStatus::Pending,
-            output: None,
-            error: None,
-            duration_ms: 0.0,
-        })
-        .collect();
-    let mut ready: VecDeque<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
-    let mut running = FuturesUnordered::new();
-    let mut stopping = host.is_stopped();
-    if !job.inner() {
-        job_update(host, job, "running", None);
-    }
-
-    loop {
-        while !stopping && running.len() < limits.max_parallel.max(1) {
-            let Some(i) = ready.pop_front() else { break };
-            let node = &plan.nodes[i];
-            let Some(inputs) = gather(plan, i, &runs, &results) else {
-                runs[i].status = NodeStatus::Skipped;
-                node_update(host, job, &runs[i]);
-                release(plan, i, &mut waiting, &mut ready);
-                continue;
-            };
-            node_started(host, job, &runs[i]);
-            running.push(async move {
-                let started = Instant::now();
-                let node_path = node_id(job, &node.id);
-                let ctx = NodeContext {
-                    host,
-                    registry,
-                    params,
-                    limits,
-                    job,
-                    node_path: &node_path,
-                };
-                let outcome = if node.node_type.timed() {
-                    match tokio::time::timeout(
-                        limits.node_timeout,
-                        node.node_type.run(inputs, &ctx),
-                    )
-                    .await
-                    {
-                        Ok(outcome) => outcome,
-                        Err(_) => Err(format!(
-                            "timed out after {} ms",
-                            limits.node_timeout.as_millis()
-                        )),
-                    }
-                } else {
-                    node.node_type.run(inputs, &ctx).await
-                };
-                (i, outcome, started.elapsed())
-            });
+    if plan.nesting > limits.max_map_depth {
+        let error = nested_too_deep(limits);
+        if !job.inner() {
+            job_update(host, job, "failed", Some(error.clone()));
         }
-        if running.is_empty() {
-            break;
-        }
-        tokio::select! {
-            Some((i, outcome, took)) = running.next() => {
-                let run = &mut runs[i];
-                run.duration_ms = took.as_secs_f64() * 1000.0;
-                match outcome {
-                    Ok(ports) => {
-                        run.status = NodeStatus::Completed;
-                        run.output = Some(Value::Object(ports.clone()));
-                        results[i] = Some(ports);
-                    }
-                    Err(error) => {
-                        run.status = NodeStatus::Failed;
-                        run.error = Some(error);
-                    }
-                }
-                node_update(host, job, &runs[i]);
-                release(plan, i, &mut waiting, &mut ready);
-            }
-            () = host.stopped(), if !stopping => stopping = true,
-        }
+        return RunResult::refused(error);
     }
-
-    for run in runs.iter_mut().filter(|r| r.status == NodeStatus::Pending) {
-        run.status = NodeStatus::Skipped;
-        node_update(host, job, run);
-    }
-    let failed = runs.iter().find(|r| r.status == NodeStatus::Failed);
-    let status = if stopping || host.is_stopped() {
-        RunStatus::Cancelled
-    } else if failed.is_some() {
-        RunStatus::Failed
-    } else {
-        RunStatus::Completed
+    let budget = RunBudget::new(limits);
+    let run = Run {
+        host,
+        registry,
+        budget: &budget,
+        depth: 0,
     };
-    let error = failed.map(|r| {
-        format!(
-            "node `{}` failed: {}",
-            r.node_id,
-            r.error.as_deref().unwrap_or_default()
-        )
-    });
-    let mut outputs = Map::new();
-    for (i, node) in plan.nodes.iter().enumerate() {
-        if node.node_type.type_name() != OUTPUT {
-            continue;
+    run.execute(plan, params, job).await
+}
+
+fn nested_too_deep(limits: &RunLimits) -> String {
+    format!(
+        "list.map nested more than {} deep ([workflow] max_map_depth)",
+        limits.max_map_depth
+    )
+}
+
+/// One run (or a run nested in a node) and what it shares with the runs around it.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    host: &'a dyn RunHost,
+    registry: &'a NodeRegistry,
+    budget: &'a RunBudget,
+    /// How many `list.map`s this run is nested in.
+    depth: u32,
+}
+
+impl Run<'_> {
+    async fn execute(&self, plan: &Plan, params: &Map<String, Value>, job: Job<'_>) -> RunResult {
+        let host = self.host;
+        let mut progress = Progress::new(plan);
+        let mut running = FuturesUnordered::new();
+        let mut stopping = host.is_stopped();
+        if !job.inner() {
+            job_update(host, job, "running", None);
         }
-        if let Some(ports) = &results[i] {
-            if let (Some(Value::String(name)), Some(value)) =
-                (ports.get("name"), ports.get("value"))
-            {
-                outputs.insert(name.clone(), value.clone());
+        loop {
+            while !stopping && running.len() < self.budget.limits.max_parallel.max(1) {
+                let Some(i) = progress.ready.pop_front() else {
+                    break;
+                };
+                let Some(inputs) = gather(plan, i, &progress.runs, &progress.results) else {
+                    progress.runs[i].status = NodeStatus::Skipped;
+                    node_update(host, job, &progress.runs[i]);
+                    progress.release(plan, i);
+                    continue;
+                };
+                node_started(host, job, &progress.runs[i]);
+                running.push(async move {
+                    let started = Instant::now();
+                    let outcome = self.run_node(&plan.nodes[i], inputs, params, job).await;
+                    (i, outcome, started.elapsed())
+                });
+            }
+            if running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((i, outcome, took)) = running.next() => {
+                    progress.settle(i, outcome, took);
+                    node_update(host, job, &progress.runs[i]);
+                    progress.release(plan, i);
+                }
+                () = host.stopped(), if !stopping => stopping = true,
+            }
+        }
+        let cancelled = stopping || host.is_stopped();
+        progress.conclude(plan, cancelled, host, job)
+    }
+
+    /// One node: counted against the run's node runs, in a run slot (unless it runs graphs
+    /// of its own), under the node timeout.
+    async fn run_node(
+        &self,
+        node: &PlanNode,
+        inputs: Ports,
+        params: &Map<String, Value>,
+        job: Job<'_>,
+    ) -> Result<Ports, String> {
+        self.budget.take_node_run()?;
+        let _slot = match node.node_type.graph_port() {
+            None => Some(self.budget.slot().await),
+            Some(_) => None,
+        };
+        let node_path = node_id(job, &node.id);
+        let nested = Nested {
+            run: Run {
+                depth: self.depth + 1,
+                ..*self
+            },
+            job,
+            node_path: &node_path,
+        };
+        let limits = &self.budget.limits;
+        let ctx = NodeContext {
+            host: self.host,
+            params,
+            limits,
+            node_path: &node_path,
+            subgraphs: &nested,
+        };
+        if !node.node_type.timed() {
+            return node.node_type.run(inputs, &ctx).await;
+        }
+        tokio::time::timeout(limits.node_timeout, node.node_type.run(inputs, &ctx))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "timed out after {} ms",
+                    limits.node_timeout.as_millis()
+                ))
+            })
+    }
+}
+
+/// Where a run stands: each node's state and output, and what is ready to run.
+struct Progress {
+    waiting: Vec<usize>,
+    results: Vec<Option<Ports>>,
+    runs: Vec<NodeRun>,
+    ready: VecDeque<usize>,
+}
+
+impl Progress {
+    fn new(plan: &Plan) -> Progress {
+        let waiting: Vec<usize> = plan.nodes.iter().map(|p| p.upstream).collect();
+        Progress {
+            ready: (0..waiting.len()).filter(|&i| waiting[i] == 0).collect(),
+            results: vec![None; waiting.len()],
+            runs: plan
+                .nodes
+                .iter()
+                .map(|p| NodeRun {
+                    node_id: p.id.clone(),
+                    node_type: p.node_type.type_name().to_owned(),
+                    status: NodeStatus::Pending,
+                    output: None,
+                    error: None,
+                    duration_ms: 0.0,
+                })
+                .collect(),
+            waiting,
+        }
+    }
+
+    fn settle(&mut self, i: usize, outcome: Result<Ports, String>, took: std::time::Duration) {
+        let run = &mut self.runs[i];
+        run.duration_ms = took.as_secs_f64() * 1000.0;
+        match outcome {
+            Ok(ports) => {
+                run.status = NodeStatus::Completed;
+                run.output = Some(Value::Object(ports.clone()));
+                self.results[i] = Some(ports);
+            }
+            Err(error) => {
+                run.status = NodeStatus::Failed;
+                run.error = Some(error);
             }
         }
     }
-    if !job.inner() {
-        job_update(host, job, status.as_str(), error.clone());
+
+    /// Node `i` is done: its dependants wait for one node fewer.
+    fn release(&mut self, plan: &Plan, i: usize) {
+        for &d in &plan.nodes[i].dependants {
+            self.waiting[d] -= 1;
+            if self.waiting[d] == 0 {
+                self.ready.push_back(d);
+            }
+        }
     }
-    RunResult {
-        status,
-        outputs,
-        nodes: runs,
-        error,
+
+    /// Nodes that never ran are skipped; the run's status, error and outputs.
+    fn conclude(
+        mut self,
+        plan: &Plan,
+        cancelled: bool,
+        host: &dyn RunHost,
+        job: Job<'_>,
+    ) -> RunResult {
+        for run in self
+            .runs
+            .iter_mut()
+            .filter(|r| r.status == NodeStatus::Pending)
+        {
+            run.status = NodeStatus::Skipped;
+            node_update(host, job, run);
+        }
+        let failed = self.runs.iter().find(|r| r.status == NodeStatus::Failed);
+        let status = if cancelled {
+            RunStatus::Cancelled
+        } else if failed.is_some() {
+            RunStatus::Failed
+        } else {
+            RunStatus::Completed
+        };
+        let error = failed.map(|r| {
+            format!(
+                "node `{}` failed: {}",
+                r.node_id,
+                r.error.as_deref().unwrap_or_default()
+            )
+        });
+        let mut outputs = Map::new();
+        for (i, node) in plan.nodes.iter().enumerate() {
+            if node.node_type.type_name() != OUTPUT {
+                continue;
+            }
+            if let Some(ports) = &self.results[i] {
+                if let (Some(Value::String(name)), Some(value)) =
+                    (ports.get("name"), ports.get("value"))
+                {
+                    outputs.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        if !job.inner() {
+            job_update(host, job, status.as_str(), error.clone());
+        }
+        RunResult {
+            status,
+            outputs,
+            nodes: self.runs,
+            error,
+        }
+    }
+}
+
+/// Runs nested under one node (`list.map`), one level deeper, in the run's bounds.
+struct Nested<'a> {
+    run: Run<'a>,
+    job: Job<'a>,
+    node_path: &'a str,
+}
+
+impl Nested<'_> {
+    /// The run of item `i`, its node ids under `<node>[i]`.
+    async fn item(&self, plan: &Plan, i: usize, item: Value) -> RunResult {
+        let prefix = format!("{}[{i}]", self.node_path);
+        let params = Map::from_iter([("item".to_owned(), item)]);
+        let job = Job {
+            prefix: Some(&prefix),
+            ..self.job
+        };
+        self.run.execute(plan, &params, job).await
+    }
+}
+
+#[async_trait]
+impl Subgraphs for Nested<'_> {
+    async fn map(&self, graph: &Graph, items: Vec<Value>) -> Result<Vec<Value>, String> {
+        let limits = &self.run.budget.limits;
+        let plan = validate(graph, self.run.registry).map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        if self.run.depth + plan.nesting > limits.max_map_depth {
+            return Err(nested_too_deep(limits));
+        }
+        let count = items.len();
+        let plan = &plan;
+        let mut runs = futures::stream::iter(items.into_iter().enumerate())
+            .map(|(i, item)| self.item(plan, i, item))
+            .buffered(limits.max_parallel.max(1));
+        let mut results = Vec::with_capacity(count);
+        while let Some(run) = runs.next().await {
+            if run.status != RunStatus::Completed {
+                // The items still running are dropped (stopped) with the stream.
+                return Err(format!(
+                    "item {}: {}",
+                    results.len(),
+                    run.error.unwrap_or_else(|| run.status.as_str().to_owned())
+                ));
+            }
+            results.push(run.outputs.get("result").cloned().unwrap_or(Value::Null));
+        }
+        Ok(results)
     }
 }
 
@@ -269,16 +339,6 @@ fn gather(plan: &Plan, i: usize, runs: &[NodeRun], results: &[Option<Ports>]) ->
         }
     }
     Some(inputs)
-}
-
-/// Node `i` is done: its dependants wait for one node fewer.
-fn release(plan: &Plan, i: usize, waiting: &mut [usize], ready: &mut VecDeque<usize>) {
-    for &d in &plan.nodes[i].dependants {
-        waiting[d] -= 1;
-        if waiting[d] == 0 {
-            ready.push_back(d);
-        }
-    }
 }
 
 fn node_id(job: Job<'_>, node_id: &str) -> String {

@@ -11,10 +11,11 @@ use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
 use crate::builder::BuildWorkflow;
-use crate::executor::{execute, Job, RunLimits, RunResult, RunStatus};
+use crate::executor::execute;
+use crate::run::{Job, RunLimits, RunResult, RunStatus};
 use crate::graph::{Graph, Node};
 use crate::registry::NodeRegistry;
-use crate::validate::validate;
+use crate::validate::validate_within;
 
 /// A saved workflow.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +76,7 @@ impl Workflows {
         params: &Map<String, Value>,
         ctx: &ToolContext,
     ) -> Result<(String, RunResult), ToolError> {
-        let plan = validate(graph, &self.registry).map_err(|errors| {
+        let plan = validate_within(graph, &self.registry, &self.limits).map_err(|errors| {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
             ToolError::model(format!("invalid_graph: {}", errors.join("; ")))
         })?;
@@ -315,7 +316,7 @@ impl Tool for RunNode {
         let (_, result) = self.0.run(&graph, node_type, &Map::new(), ctx).await?;
         let node = result.nodes.into_iter().next();
         match node {
-            Some(n) if n.status == crate::executor::NodeStatus::Completed => {
+            Some(n) if n.status == crate::run::NodeStatus::Completed => {
                 Ok(n.output.unwrap_or(Value::Null).to_string())
             }
             Some(n) => Err(ToolError::model(

@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 
 use crate::graph::Graph;
 use crate::node::NodeType;
-use crate::nodes::map::GRAPH_PORT;
 use crate::registry::NodeRegistry;
+use crate::run::RunLimits;
 
 /// One problem with a graph (`invalid_graph`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,6 +54,8 @@ pub struct PlanNode {
 /// A validated graph.
 pub struct Plan {
     pub nodes: Vec<PlanNode>,
+    /// How deep the graphs given to its nodes (`list.map`'s) nest: 0 when there are none.
+    pub nesting: u32,
 }
 
 fn error(node: &str, port: Option<&str>, message: impl Into<String>) -> GraphError {
@@ -105,6 +107,7 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
         errors.push(error("", None, "the graph has no nodes"));
     }
     let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut nesting = 0;
     let mut types: Vec<Option<Arc<dyn NodeType>>> = Vec::with_capacity(graph.nodes.len());
     for (i, node) in graph.nodes.iter().enumerate() {
         if node.id.is_empty() || index.insert(node.id.as_str(), i).is_some() {
@@ -126,7 +129,7 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
             ));
         }
         if let Some(t) = &node_type {
-            static_inputs(node, t.as_ref(), registry, &mut errors);
+            nesting = nesting.max(static_inputs(node, t.as_ref(), registry, &mut errors));
         }
         types.push(node_type);
     }
@@ -261,17 +264,19 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
             },
         )
         .collect();
-    Ok(Plan { nodes })
+    Ok(Plan { nodes, nesting })
 }
 
-/// Static inputs must name ports and fit their schemas; a `list.map`'s graph must be valid.
+/// Static inputs must name ports and fit their schemas; a graph a node runs (`list.map`'s)
+/// must be valid. How deep the graphs given here nest.
 fn static_inputs(
     node: &crate::graph::Node,
     node_type: &dyn NodeType,
     registry: &NodeRegistry,
     errors: &mut Vec<GraphError>,
-) {
+) -> u32 {
     let schema = node_type.inputs();
+    let mut nesting = 0;
     for (port, value) in &node.inputs {
         let Some(port_schema) = port_schema(&schema, port) else {
             errors.push(error(&node.id, Some(port), "no such input port"));
@@ -288,20 +293,41 @@ fn static_inputs(
                 }
             }
         }
-        if node_type.type_name() == crate::nodes::map::LIST_MAP && port == GRAPH_PORT {
-            match serde_json::from_value::<Graph>(value.clone()) {
-                Ok(inner) => {
-                    if let Err(inner_errors) = validate(&inner, registry) {
-                        errors.extend(inner_errors.into_iter().map(|e| GraphError {
-                            node: format!("{}/{}", node.id, e.node),
-                            ..e
-                        }));
-                    }
-                }
-                Err(e) => errors.push(error(&node.id, Some(port), format!("not a graph: {e}"))),
-            }
+        if node_type.graph_port() != Some(port.as_str()) {
+            continue;
+        }
+        match serde_json::from_value::<Graph>(value.clone()) {
+            Ok(inner) => match validate(&inner, registry) {
+                Ok(plan) => nesting = nesting.max(plan.nesting + 1),
+                Err(inner_errors) => errors.extend(inner_errors.into_iter().map(|e| GraphError {
+                    node: format!("{}/{}", node.id, e.node),
+                    ..e
+                })),
+            },
+            Err(e) => errors.push(error(&node.id, Some(port), format!("not a graph: {e}"))),
         }
     }
+    nesting
+}
+
+/// [`validate`], and the graph's nesting within `limits` (`max_map_depth`).
+pub fn validate_within(
+    graph: &Graph,
+    registry: &NodeRegistry,
+    limits: &RunLimits,
+) -> Result<Plan, Vec<GraphError>> {
+    let plan = validate(graph, registry)?;
+    if plan.nesting > limits.max_map_depth {
+        return Err(vec![error(
+            "",
+            None,
+            format!(
+                "list.map nested {} deep; this server allows {} ([workflow] max_map_depth)",
+                plan.nesting, limits.max_map_depth
+            ),
+        )]);
+    }
+    Ok(plan)
 }
 
 /// A node on a cycle, if there is one (Kahn's algorithm leaves it unvisited).

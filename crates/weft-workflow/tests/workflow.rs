@@ -467,3 +467,115 @@ async fn a_missing_parameter_is_a_clear_failure() {
         Some("parameter `count` must be a number")
     );
 }
+
+/// `depth` `list.map`s nested, each over `items` items, the innermost a `slow` node; the
+/// innermost graph reads `item` and each outer graph passes its item's list down.
+fn nested_maps(depth: usize, items: usize) -> Value {
+    let mut inner = json!({"nodes": [
+        {"id": "s", "type": "test.slow", "inputs": {"ms": 0}},
+        {"id": "r", "type": "output", "inputs": {"name": "result", "value": 1}}
+    ]});
+    for _ in 0..depth {
+        inner = json!({"nodes": [
+            {"id": "m", "type": "list.map", "inputs": {"items": vec![0; items], "graph": inner}},
+            {"id": "r", "type": "output", "inputs": {"name": "result"}}
+        ], "edges": [{"from": "m", "output": "results", "to": "r", "input": "value"}]});
+    }
+    inner
+}
+
+#[tokio::test]
+async fn nesting_items_and_node_runs_are_bounded_with_clear_errors() {
+    let (registry, _) = registry();
+    let limits = RunLimits::default();
+    // Seven maps deep, ten items each: refused before anything runs.
+    let deep = graph(nested_maps(7, 10));
+    let errors = weft_workflow::validate_within(&deep, &registry, &limits)
+        .err()
+        .expect("refused");
+    assert!(
+        errors[0].message.contains("nested 7 deep") && errors[0].message.contains("max_map_depth"),
+        "{errors:?}"
+    );
+    let plan = validate(&deep, &registry).unwrap();
+    assert_eq!(plan.nesting, 7);
+    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(run.error.unwrap().contains("max_map_depth"));
+
+    // A graph that arrives as data (not checkable ahead) is checked when it runs.
+    let dynamic = graph(json!({"nodes": [
+        {"id": "g", "type": "input.json", "inputs": {"name": "graph"}},
+        {"id": "m", "type": "list.map", "inputs": {"items": [1, 2]}},
+        {"id": "r", "type": "output", "inputs": {"name": "out"}}
+    ], "edges": [
+        {"from": "g", "output": "value", "to": "m", "input": "graph"},
+        {"from": "m", "output": "results", "to": "r", "input": "value"}
+    ]}));
+    let plan = weft_workflow::validate_within(&dynamic, &registry, &limits).unwrap();
+    let params = Map::from_iter([("graph".to_owned(), nested_maps(3, 2))]);
+    let run = execute(&plan, &params, &Host::default(), &registry, &limits, JOB).await;
+    assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+    assert!(run.error.unwrap().contains("max_map_depth"));
+    // Within the depth it runs.
+    let params = Map::from_iter([("graph".to_owned(), nested_maps(2, 2))]);
+    let run = execute(&plan, &params, &Host::default(), &registry, &limits, JOB).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+
+    // Too many items for one map.
+    let many = graph(nested_maps(1, 1_001));
+    let plan = validate(&many, &registry).unwrap();
+    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    assert!(
+        run.error.unwrap().contains("1001 items; a list.map takes at most 1000"),
+        "the item cap"
+    );
+
+    // Node runs of the whole run, nested ones included.
+    let limits = RunLimits {
+        max_node_runs: 50,
+        ..RunLimits::default()
+    };
+    let wide = graph(nested_maps(2, 10));
+    let plan = validate(&wide, &registry).unwrap();
+    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(run.error.unwrap().contains("passed 50 node runs"));
+}
+
+#[tokio::test]
+async fn nodes_at_once_are_bounded_across_nested_runs() {
+    let (registry, peak) = registry();
+    let mut g = nested_maps(2, 6);
+    g["nodes"][0]["inputs"]["graph"]["nodes"][0]["inputs"]["graph"]["nodes"][0]["inputs"]["ms"] =
+        json!(20);
+    let plan = validate(&graph(g), &registry).unwrap();
+    let limits = RunLimits {
+        max_parallel: 3,
+        ..RunLimits::default()
+    };
+    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 3 && peak >= 2, "{peak} slow nodes at once");
+}
+
+#[tokio::test]
+async fn a_runaway_template_ends_by_itself_within_its_fuel() {
+    let (registry, _) = registry();
+    let g = graph(json!({"nodes": [{"id": "t", "type": "text.template", "inputs": {
+        "template": "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}"
+    }}]}));
+    let plan = validate(&g, &registry).unwrap();
+    let limits = RunLimits {
+        node_timeout: Duration::from_secs(3),
+        ..RunLimits::default()
+    };
+    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.nodes[0].error.clone().unwrap();
+    assert!(
+        error.contains("template_fuel") || error.contains("max_template_bytes"),
+        "{error}"
+    );
+}
