@@ -95,7 +95,7 @@ async fn execute(
     limits: Limits,
     store: &mut HashMap<String, String>,
 ) -> (Report, String) {
-    let (to_host, mut requests) = tokio::sync::mpsc::unbounded_channel();
+    let (to_host, mut requests) = tokio::sync::mpsc::channel(sandbox::TO_HOST_QUEUE);
     let (answers, from_host) = std::sync::mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let (reply, report) = tokio::sync::oneshot::channel();
@@ -125,8 +125,10 @@ async fn execute(
             calls.push(async move { (id, hosted.call_tool(open, &name, args).await) })
         }
         ToHost::Output(text) => {
-            hosted.say(&text);
-            shown.push_str(&text);
+            // Charged to the turn's `max_output_bytes`: past it the turn stops, as in classic.
+            if hosted.say(&text) {
+                shown.push_str(&text);
+            }
         }
     };
     // Until the run has reported and every call it made has its result (a call the code did

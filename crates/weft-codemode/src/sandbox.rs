@@ -29,6 +29,13 @@ pub struct Limits {
     pub max_memory_bytes: usize,
     /// Stack of one run.
     pub max_stack_bytes: usize,
+    /// Text one run may show the user with `output()` (the turn's `max_output_bytes` applies
+    /// as well).
+    pub max_output_bytes_per_run: usize,
+    /// Text one run may `log()`.
+    pub max_log_bytes_per_run: usize,
+    /// Bytes of keys and values `store()` may keep for a turn.
+    pub max_store_bytes: usize,
 }
 
 impl Default for Limits {
@@ -37,9 +44,15 @@ impl Default for Limits {
             max_ms_per_run: 10_000,
             max_memory_bytes: 64 << 20,
             max_stack_bytes: 1 << 20,
+            max_output_bytes_per_run: 1 << 20,
+            max_log_bytes_per_run: 64 << 10,
+            max_store_bytes: 1 << 20,
         }
     }
 }
+
+/// Messages from a run that may wait for the host before the run goes on.
+pub const TO_HOST_QUEUE: usize = 16;
 
 /// From the sandbox to the host.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,6 +126,24 @@ struct HostState {
     done: Option<Option<String>>,
     /// `store()` values as JSON text.
     store: HashMap<String, String>,
+    /// Bytes shown with `output()`, logged with `log()`, and kept by `store()` so far.
+    output_bytes: usize,
+    log_bytes: usize,
+    store_bytes: usize,
+}
+
+/// Bytes a `store()` map holds (keys and values).
+fn store_bytes(store: &HashMap<String, String>) -> usize {
+    store.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// The error code gets when a host buffer would pass its bound.
+fn over_bound<'js>(ctx: &Ctx<'js>, what: &str, max: usize, key: &str) -> rquickjs::Error {
+    let message = format!("{what} passed {max} bytes (code.{key}); nothing more was kept");
+    match Exception::from_message(ctx.clone(), &message) {
+        Ok(e) => ctx.throw(e.into_value()),
+        Err(e) => e,
+    }
 }
 
 /// The built-in objects code gets: no `eval` of strings beyond the run itself, no modules.
@@ -138,7 +169,7 @@ pub fn run(
     tool_names: &[String],
     limits: Limits,
     store: HashMap<String, String>,
-    to_host: &tokio::sync::mpsc::UnboundedSender<ToHost>,
+    to_host: &tokio::sync::mpsc::Sender<ToHost>,
     from_host: &mpsc::Receiver<FromHost>,
     stop: &Arc<AtomicBool>,
     reply: Reply<'_>,
@@ -177,11 +208,12 @@ pub fn run(
         }
     };
     let host = Rc::new(RefCell::new(HostState {
+        store_bytes: store_bytes(&store),
         store,
         ..HostState::default()
     }));
     let outcome = context.with(|ctx| {
-        if let Err(e) = install(&ctx, tool_names, &host, to_host) {
+        if let Err(e) = install(&ctx, tool_names, &host, to_host, &limits) {
             return Err(format!("the sandbox could not start: {e}"));
         }
         clock.start();
@@ -248,124 +280,178 @@ fn install<'js>(
     ctx: &Ctx<'js>,
     tool_names: &[String],
     host: &Rc<RefCell<HostState>>,
-    to_host: &tokio::sync::mpsc::UnboundedSender<ToHost>,
+    to_host: &tokio::sync::mpsc::Sender<ToHost>,
+    limits: &Limits,
 ) -> rquickjs::Result<()> {
     let globals = ctx.globals();
     let tools = Object::new(ctx.clone())?;
     for name in tool_names {
-        let host = host.clone();
-        let to_host = to_host.clone();
-        let tool = name.clone();
-        let call = Function::new(
-            ctx.clone(),
-            move |ctx: Ctx<'js>, args: Opt<Value<'js>>| -> rquickjs::Result<Promise<'js>> {
-                let args = match args.0.filter(|a| !a.is_undefined()) {
-                    Some(value) => ctx
-                        .json_stringify(value)?
-                        .map_or_else(|| Ok("{}".to_owned()), |s| s.to_string())?,
-                    None => "{}".to_owned(),
-                };
-                let (promise, resolve, reject) = ctx.promise()?;
-                let mut state = host.borrow_mut();
-                state.next_id += 1;
-                let id = state.next_id;
-                if to_host
-                    .send(ToHost::Tool {
-                        id,
-                        name: tool.clone(),
-                        args,
-                    })
-                    .is_ok()
-                {
-                    state.pending.insert(
-                        id,
-                        (
-                            Persistent::save(&ctx, resolve),
-                            Persistent::save(&ctx, reject),
-                        ),
-                    );
-                } else {
-                    let error = Exception::from_message(ctx.clone(), "the host is gone")?;
-                    reject.call::<_, ()>((error,))?;
-                }
-                Ok(promise)
-            },
-        )?;
-        tools.set(name.as_str(), call)?;
+        tools.set(name.as_str(), tool_function(ctx, name, host, to_host)?)?;
     }
     globals.set("tools", tools)?;
-    {
-        let to_host = to_host.clone();
-        globals.set(
-            "output",
-            Function::new(ctx.clone(), move |ctx: Ctx<'js>, text: Value<'js>| {
-                let _ = to_host.send(ToHost::Output(text_of(&ctx, text)));
-            })?,
-        )?;
-    }
-    {
-        let host = host.clone();
-        globals.set(
-            "log",
-            Function::new(ctx.clone(), move |ctx: Ctx<'js>, args: Rest<Value<'js>>| {
-                let line: Vec<String> = args.0.into_iter().map(|v| text_of(&ctx, v)).collect();
-                host.borrow_mut().logs.push(line.join(" "));
-            })?,
-        )?;
-    }
-    {
-        let host = host.clone();
-        globals.set(
-            "done",
-            Function::new(
-                ctx.clone(),
-                move |ctx: Ctx<'js>, value: Opt<Value<'js>>| -> rquickjs::Result<()> {
-                    let json = match value.0.filter(|v| !v.is_undefined()) {
-                        Some(v) => ctx.json_stringify(v)?.map(|s| s.to_string()).transpose()?,
-                        None => None,
-                    };
-                    host.borrow_mut().done = Some(json);
-                    Ok(())
-                },
-            )?,
-        )?;
-    }
-    {
-        let host = host.clone();
-        globals.set(
-            "store",
-            Function::new(
-                ctx.clone(),
-                move |ctx: Ctx<'js>,
-                      key: Coerced<String>,
-                      value: Value<'js>|
-                      -> rquickjs::Result<()> {
-                    let json = ctx
-                        .json_stringify(value)?
-                        .map_or_else(|| Ok("null".to_owned()), |s| s.to_string())?;
-                    host.borrow_mut().store.insert(key.0, json);
-                    Ok(())
-                },
-            )?,
-        )?;
-    }
-    {
-        let host = host.clone();
-        globals.set(
-            "recall",
-            Function::new(
-                ctx.clone(),
-                move |ctx: Ctx<'js>, key: Coerced<String>| -> rquickjs::Result<Value<'js>> {
-                    let json = host.borrow().store.get(&key.0).cloned();
-                    match json {
-                        Some(json) => ctx.json_parse(json),
-                        None => Ok(Value::new_undefined(ctx)),
-                    }
-                },
-            )?,
-        )?;
-    }
+    globals.set("output", output_function(ctx, host, to_host, limits)?)?;
+    globals.set("log", log_function(ctx, host, limits)?)?;
+    globals.set("done", done_function(ctx, host)?)?;
+    globals.set("store", store_function(ctx, host, limits)?)?;
+    globals.set("recall", recall_function(ctx, host)?)?;
     Ok(())
+}
+
+/// `tools.<name>(args)`: a promise settled when the host sends the call's result.
+fn tool_function<'js>(
+    ctx: &Ctx<'js>,
+    name: &str,
+    host: &Rc<RefCell<HostState>>,
+    to_host: &tokio::sync::mpsc::Sender<ToHost>,
+) -> rquickjs::Result<Function<'js>> {
+    let host = host.clone();
+    let to_host = to_host.clone();
+    let tool = name.to_owned();
+    Function::new(
+        ctx.clone(),
+        move |ctx: Ctx<'js>, args: Opt<Value<'js>>| -> rquickjs::Result<Promise<'js>> {
+            let args = match args.0.filter(|a| !a.is_undefined()) {
+                Some(value) => ctx
+                    .json_stringify(value)?
+                    .map_or_else(|| Ok("{}".to_owned()), |s| s.to_string())?,
+                None => "{}".to_owned(),
+            };
+            let (promise, resolve, reject) = ctx.promise()?;
+            let mut state = host.borrow_mut();
+            state.next_id += 1;
+            let id = state.next_id;
+            let sent = to_host.blocking_send(ToHost::Tool {
+                id,
+                name: tool.clone(),
+                args,
+            });
+            if sent.is_ok() {
+                state.pending.insert(
+                    id,
+                    (
+                        Persistent::save(&ctx, resolve),
+                        Persistent::save(&ctx, reject),
+                    ),
+                );
+            } else {
+                let error = Exception::from_message(ctx.clone(), "the host is gone")?;
+                reject.call::<_, ()>((error,))?;
+            }
+            Ok(promise)
+        },
+    )
+}
+
+/// `output(text)`: shown to the user; at most `max_output_bytes_per_run` a run, and the
+/// run waits while the host is behind.
+fn output_function<'js>(
+    ctx: &Ctx<'js>,
+    host: &Rc<RefCell<HostState>>,
+    to_host: &tokio::sync::mpsc::Sender<ToHost>,
+    limits: &Limits,
+) -> rquickjs::Result<Function<'js>> {
+    let (host, to_host, max) = (host.clone(), to_host.clone(), limits.max_output_bytes_per_run);
+    Function::new(
+        ctx.clone(),
+        move |ctx: Ctx<'js>, text: Value<'js>| -> rquickjs::Result<()> {
+            let text = text_of(&ctx, text);
+            {
+                let mut state = host.borrow_mut();
+                if state.output_bytes + text.len() > max {
+                    return Err(over_bound(&ctx, "output()", max, "max_output_bytes_per_run"));
+                }
+                state.output_bytes += text.len();
+            }
+            let _ = to_host.blocking_send(ToHost::Output(text));
+            Ok(())
+        },
+    )
+}
+
+/// `log(...)`: lines for the model's result, at most `max_log_bytes_per_run` a run.
+fn log_function<'js>(
+    ctx: &Ctx<'js>,
+    host: &Rc<RefCell<HostState>>,
+    limits: &Limits,
+) -> rquickjs::Result<Function<'js>> {
+    let (host, max) = (host.clone(), limits.max_log_bytes_per_run);
+    Function::new(
+        ctx.clone(),
+        move |ctx: Ctx<'js>, args: Rest<Value<'js>>| -> rquickjs::Result<()> {
+            let line: Vec<String> = args.0.into_iter().map(|v| text_of(&ctx, v)).collect();
+            let line = line.join(" ");
+            let mut state = host.borrow_mut();
+            if state.log_bytes + line.len() > max {
+                return Err(over_bound(&ctx, "log()", max, "max_log_bytes_per_run"));
+            }
+            state.log_bytes += line.len();
+            state.logs.push(line);
+            Ok(())
+        },
+    )
+}
+
+/// `done(value?)`: the turn ends after this run.
+fn done_function<'js>(
+    ctx: &Ctx<'js>,
+    host: &Rc<RefCell<HostState>>,
+) -> rquickjs::Result<Function<'js>> {
+    let host = host.clone();
+    Function::new(
+        ctx.clone(),
+        move |ctx: Ctx<'js>, value: Opt<Value<'js>>| -> rquickjs::Result<()> {
+            let json = match value.0.filter(|v| !v.is_undefined()) {
+                Some(v) => ctx.json_stringify(v)?.map(|s| s.to_string()).transpose()?,
+                None => None,
+            };
+            host.borrow_mut().done = Some(json);
+            Ok(())
+        },
+    )
+}
+
+/// `store(key, value)`: kept as JSON for the turn's later runs, at most `max_store_bytes`.
+fn store_function<'js>(
+    ctx: &Ctx<'js>,
+    host: &Rc<RefCell<HostState>>,
+    limits: &Limits,
+) -> rquickjs::Result<Function<'js>> {
+    let (host, max) = (host.clone(), limits.max_store_bytes);
+    Function::new(
+        ctx.clone(),
+        move |ctx: Ctx<'js>, key: Coerced<String>, value: Value<'js>| -> rquickjs::Result<()> {
+            let json = ctx
+                .json_stringify(value)?
+                .map_or_else(|| Ok("null".to_owned()), |s| s.to_string())?;
+            let mut state = host.borrow_mut();
+            let replaced = state.store.get(&key.0).map_or(0, |v| key.0.len() + v.len());
+            let after = state.store_bytes - replaced + key.0.len() + json.len();
+            if after > max {
+                return Err(over_bound(&ctx, "store()", max, "max_store_bytes"));
+            }
+            state.store_bytes = after;
+            state.store.insert(key.0, json);
+            Ok(())
+        },
+    )
+}
+
+/// `recall(key)`: what `store()` kept, or `undefined`.
+fn recall_function<'js>(
+    ctx: &Ctx<'js>,
+    host: &Rc<RefCell<HostState>>,
+) -> rquickjs::Result<Function<'js>> {
+    let host = host.clone();
+    Function::new(
+        ctx.clone(),
+        move |ctx: Ctx<'js>, key: Coerced<String>| -> rquickjs::Result<Value<'js>> {
+            let json = host.borrow().store.get(&key.0).cloned();
+            match json {
+                Some(json) => ctx.json_parse(json),
+                None => Ok(Value::new_undefined(ctx)),
+            }
+        },
+    )
 }
 
 /// Run jobs until the code's promise settles, feeding tool results in as they come.

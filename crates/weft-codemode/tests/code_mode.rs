@@ -496,3 +496,76 @@ async fn earlier_classic_turns_are_readable_context() {
         ]
     );
 }
+
+#[tokio::test]
+async fn output_log_and_store_bombs_get_an_error_and_the_turn_goes_on() {
+    let mut run = Run::new(vec![
+        code("const s = 'x'.repeat(1 << 20); while (true) log(s);"),
+        code("const s = 'x'.repeat(1 << 20); let i = 0; while (true) store('k' + i++, s);"),
+        code("const s = 'x'.repeat(1 << 16); while (true) output(s);"),
+        json!({"text": "gave up"}),
+    ]);
+    run.limits = Limits {
+        max_ms_per_run: 5_000,
+        max_log_bytes_per_run: 64 << 10,
+        max_store_bytes: 3 << 20,
+        max_output_bytes_per_run: 256 << 10,
+        ..Limits::default()
+    };
+    let (outcome, events) = run.go().await;
+    assert_eq!(outcome.end, weft_core::TurnEnd::Completed, "{outcome:?}");
+    assert!(outcome.text.ends_with("gave up"), "the turn went on");
+    let requests = run.requests();
+    let log = requests[1].messages.last().unwrap().text();
+    assert!(
+        log.contains("log() passed 65536 bytes (code.max_log_bytes_per_run)"),
+        "{log}"
+    );
+    let store = requests[2].messages.last().unwrap().text();
+    assert!(
+        store.contains("store() passed 3145728 bytes (code.max_store_bytes)"),
+        "{store}"
+    );
+    let output = requests[3].messages.last().unwrap().text();
+    assert!(
+        output.contains("output() passed 262144 bytes (code.max_output_bytes_per_run)"),
+        "{}",
+        &output[..200.min(output.len())]
+    );
+    // What was shown is exactly what fit: four chunks of 64 KiB.
+    let shown: usize = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::Chunk { content, .. } if content.starts_with('x') => Some(content.len()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(shown, 256 << 10);
+}
+
+#[tokio::test]
+async fn output_counts_against_the_turns_output_cap() {
+    let mut run = Run::new(vec![
+        code("for (let i = 0; i < 10; i++) output('y'.repeat(1000));"),
+        json!({"text": "never"}),
+    ]);
+    run.config.max_output_bytes = 2_500;
+    let (outcome, events) = run.go().await;
+    assert!(
+        matches!(
+            &outcome.end,
+            weft_core::TurnEnd::BudgetExceeded(trip) if trip.reason == weft_protocol::BudgetReason::Bytes
+        ),
+        "{:?}",
+        outcome.end
+    );
+    let shown: usize = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::Chunk { content, .. } if content.starts_with('y') => Some(content.len()),
+            _ => None,
+        })
+        .sum();
+    assert!(shown <= 2_500, "{shown}");
+    assert_eq!(run.requests().len(), 1, "the turn stopped");
+}

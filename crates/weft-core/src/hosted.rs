@@ -130,8 +130,26 @@ impl HostedTurn {
         }
     }
 
-    /// Text for the user: a root `chunk`, and part of the turn's answer.
-    pub fn say(&self, text: &str) {
+    /// Text for the user: a root `chunk`, and part of the turn's answer, charged to the
+    /// turn's `max_output_bytes`. Past it only what fits is said and the turn stops
+    /// (`budget_exceeded`, reason `bytes`); false when nothing more may be said.
+    pub fn say(&self, text: &str) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        let text = match self.turn.budget.take_output_bytes(text.len()) {
+            Ok(()) => text,
+            Err((fits, trip)) => {
+                self.say_unbudgeted(cut_at_char(text, fits));
+                self.turn.trip(trip);
+                return false;
+            }
+        };
+        self.say_unbudgeted(text);
+        true
+    }
+
+    fn say_unbudgeted(&self, text: &str) {
         if text.is_empty() {
             return;
         }
@@ -282,6 +300,15 @@ impl OpenCall {
     pub fn place(&self) -> Place<'_> {
         self.inner.place()
     }
+}
+
+/// The longest start of `text` of at most `bytes` bytes that ends on a character.
+fn cut_at_char(text: &str, bytes: usize) -> &str {
+    let mut end = bytes.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 fn unix_now() -> f64 {
