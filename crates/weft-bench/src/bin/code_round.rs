@@ -149,7 +149,7 @@ async fn per_round(mode: Arc<dyn ExecutionMode>, code: bool) -> f64 {
 
 /// Median microseconds to create a sandbox and run a trivial program, until its report.
 fn sandbox_alone() -> f64 {
-    let (to_host, _requests) = tokio::sync::mpsc::unbounded_channel();
+    let (to_host, _requests) = tokio::sync::mpsc::channel(weft_codemode::sandbox::TO_HOST_QUEUE);
     let (_answers, from_host) = std::sync::mpsc::channel();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut samples: Vec<Duration> = (0..WARMUP + TURNS)
