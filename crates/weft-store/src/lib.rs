@@ -128,11 +128,14 @@ impl Store {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
         let max = if backend == Backend::Sqlite { 4 } else { 16 };
-        // No ping before each use: a dead connection fails its query and is replaced, and the
-        // ping would cost a round trip per query (per commit, for the writer).
+        // PostgreSQL connections die under us (a restart, a failover, an idle-connection
+        // killer, `pg_terminate_backend`): a pooled read connection is pinged before use, so
+        // a dead one is replaced instead of failing a request. SQLite's cannot die so. The
+        // writer is not pinged (a round trip per commit); it retries a batch whose connection
+        // died on a fresh one instead.
         let pool = AnyPoolOptions::new()
             .max_connections(max)
-            .test_before_acquire(false)
+            .test_before_acquire(backend == Backend::Postgres)
             .connect(&url)
             .await?;
         let mut write = AnyPoolOptions::new()

@@ -27,6 +27,21 @@ pub async fn forget_latest_migration(store: &Store) -> Result<()> {
     Ok(())
 }
 
+/// End every other session on the database `url` names, as a PostgreSQL restart, a failover
+/// or an idle-connection killer would; how many were ended.
+pub async fn terminate_connections(url: &str) -> Result<usize> {
+    use sqlx::Connection;
+    let mut conn = sqlx::AnyConnection::connect(url).await?;
+    let ended = sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(ended.len())
+}
+
 pub struct TestDb {
     pub store: Store,
     pub url: String,

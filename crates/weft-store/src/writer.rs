@@ -217,7 +217,19 @@ async fn commit_batch(
     let started = Instant::now();
     let ops: Vec<&WriteOp> = batch.iter().map(|(op, _)| op).collect();
     let rows: usize = ops.iter().map(|op| op.rows()).sum();
-    let result = write_in_one_transaction(pool, backend, &ops).await;
+    let mut result = write_in_one_transaction(pool, backend, &ops).await;
+    // A connection that died (not the data) is no reason to lose the batch: again on a
+    // fresh connection, a few times, backing off.
+    for wait in RECONNECT_WAITS {
+        match &result {
+            Err(e) if is_connection_lost(e) => {
+                tracing::warn!(error = %e, ops = ops.len(), "the database connection was lost; writing the batch again");
+                tokio::time::sleep(wait).await;
+                result = write_in_one_transaction(pool, backend, &ops).await;
+            }
+            _ => break,
+        }
+    }
     if let Some(observer) = observer {
         observer.committed(ops.len(), rows, started.elapsed(), result.is_ok());
     }
@@ -373,8 +385,39 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// How long the writer waits before writing a batch again after its connection was lost.
+const RECONNECT_WAITS: [Duration; 5] = [
+    Duration::from_millis(10),
+    Duration::from_millis(50),
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+];
+
+/// Whether `error` says the connection (not the statement) failed: the server went away, the
+/// session was terminated, the pool could not connect. Writing again on a fresh connection
+/// may succeed.
+pub(crate) fn is_connection_lost(error: &StoreError) -> bool {
+    let StoreError::Database(error) = error else {
+        return false;
+    };
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        // SQLSTATE class 08 (connection exception); 57P01-57P03: the server shut the
+        // session down or is restarting.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
 /// Every op of the batch in one transaction; a batch that is one statement needs no
-/// BEGIN and COMMIT round trips.
+/// BEGIN and COMMIT round trips. A connection that failed is closed, not pooled again.
 async fn write_in_one_transaction(
     pool: &AnyPool,
     backend: Backend,
@@ -384,11 +427,20 @@ async fn write_in_one_transaction(
     for op in ops {
         plan.add(op);
     }
-    if plan.is_one_statement() {
-        let mut conn = pool.acquire().await?;
-        return plan.execute(&mut conn, backend).await;
+    let mut conn = pool.acquire().await?;
+    let result = if plan.is_one_statement() {
+        plan.execute(&mut conn, backend).await
+    } else {
+        in_transaction(&mut conn, &plan, backend).await
+    };
+    if result.as_ref().is_err_and(is_connection_lost) {
+        let _ = conn.close().await;
     }
-    let mut tx = pool.begin().await?;
+    result
+}
+
+async fn in_transaction(conn: &mut AnyConnection, plan: &Plan<'_>, backend: Backend) -> Result<()> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
     plan.execute(&mut tx, backend).await?;
     tx.commit().await?;
     Ok(())
@@ -403,16 +455,18 @@ pub(crate) struct InsertSql {
     tail: &'static str,
 }
 
+// Threads and a turn's first messages have fresh ids: a row already there was written by an
+// earlier try of the same batch whose answer the lost connection never brought back.
 const THREADS: InsertSql = InsertSql {
     head: "INSERT INTO threads (id, owner, title, permission_mode, agent, created_at, updated_at)",
     columns: 7,
-    tail: "",
+    tail: " ON CONFLICT (id) DO NOTHING",
 };
 pub(crate) const MESSAGES: InsertSql = InsertSql {
     head: "INSERT INTO messages (id, thread_id, role, content, execution_tree, permission_mode, status, \
            input_tokens, output_tokens, cost_usd, created_at, position, metadata)",
     columns: 13,
-    tail: "",
+    tail: " ON CONFLICT (id) DO NOTHING",
 };
 const FINISHED_MESSAGES: InsertSql = InsertSql {
     head: MESSAGES.head,
@@ -435,7 +489,7 @@ pub(crate) const MODEL_CALLS: InsertSql = InsertSql {
     head: "INSERT INTO model_calls (id, thread_id, message_id, user_id, provider, model, depth, input_tokens, \
            output_tokens, cost_usd, duration_ms, error, created_at)",
     columns: 13,
-    tail: "",
+    tail: " ON CONFLICT (id) DO NOTHING",
 };
 
 /// Statement sizes: rows go out in power-of-two chunks, so each table needs only a handful

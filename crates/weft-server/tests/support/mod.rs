@@ -291,6 +291,11 @@ impl TestServer {
     pub fn store(&self) -> &weft_store::Store {
         &self.state.store
     }
+
+    /// The database's URL.
+    pub fn database_url(&self) -> String {
+        self.db.as_ref().unwrap().url.clone()
+    }
 }
 
 pub struct Client {
