@@ -164,6 +164,9 @@ pub async fn message_trace(
     .into_response())
 }
 
+/// How long `DELETE /threads/{id}` waits for a running turn to stop and persist.
+const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub async fn delete_thread(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -173,7 +176,12 @@ pub async fn delete_thread(
     let user = user(&state, &headers, &q).await?;
     owned(&state, &user, &id).await?;
     if let Some(runtime) = state.hub.remove(&id) {
+        // The turn's last writes must land before the delete, or they would bring the
+        // thread back: stop it and wait for it to end (it persists what it has first).
         runtime.stop();
+        if tokio::time::timeout(DELETE_WAIT, runtime.idle()).await.is_err() {
+            tracing::warn!(thread = %id, "a stopped turn did not end in time; deleting anyway");
+        }
     }
     // Its files first: they are found through the thread's record.
     state

@@ -21,6 +21,8 @@ pub struct ThreadRuntime {
     pub owner: String,
     pub gate: PermissionGate,
     state: Mutex<ThreadState>,
+    /// Told when a turn ends.
+    ended: tokio::sync::Notify,
 }
 
 struct ThreadState {
@@ -57,6 +59,18 @@ impl ThreadRuntime {
                 someone_left: false,
                 ended_at: None,
             }),
+            ended: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Resolves once no turn runs (at once when none does).
+    pub async fn idle(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if !self.is_active() {
+                return;
+            }
+            ended.await;
         }
     }
 
@@ -210,6 +224,8 @@ impl ThreadRuntime {
         if !state.someone_left {
             state.replay.clear();
         }
+        drop(state);
+        self.ended.notify_waiters();
     }
 
     /// Drop the replay buffer of a turn that ended more than `retention` ago; true when the

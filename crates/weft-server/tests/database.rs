@@ -53,3 +53,29 @@ async fn connections_terminated_mid_turn_lose_nothing() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_thread_deleted_while_its_turn_streams_stays_deleted() {
+    let server = TestServer::start(slow_turn()).await;
+    let mut c = server.client().await;
+    for round in 0..6 {
+        c.chat(None, &format!("round {round}"), json!({})).await;
+        let frames = c
+            .recv_until(|f| f["type"] == "chunk" && f["content"] == "three ")
+            .await;
+        let thread = thread_of(&frames);
+        let (status, _) = server
+            .call(reqwest::Method::DELETE, &format!("/threads/{thread}"), None, None)
+            .await;
+        assert_eq!(status, 204);
+        // Whatever the turn still had to say, it is over and nothing of it is kept.
+        c.turn().await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(server.store().thread(&thread).await.unwrap().is_none(), "round {round}");
+        assert!(server.store().messages(&thread).await.unwrap().is_empty());
+        assert!(server.store().root_items(&thread).await.unwrap().is_empty());
+        let (status, _) = server.get(&format!("/threads/{thread}/messages"), None).await;
+        assert_eq!(status, 404);
+    }
+    server.stop().await;
+}
