@@ -212,13 +212,14 @@ impl Connection {
     }
 
     /// Replay what the client missed of a turn in memory (after the stored snapshot when it
-    /// missed more than is kept), then follow it live. With no turn in memory, answer from
-    /// the store: the thread's last assistant message and `chunk {done: true}`.
+    /// missed more than is kept), then follow it live. With no turn in memory, or a turn that
+    /// ended after the client missed more of it than is kept, answer from the store: the
+    /// thread's last assistant message (the whole answer) and `chunk {done: true}`.
     pub(crate) async fn resume(&self, thread_id: &str, last_seq: u64) -> Result<(), Refusal> {
         let runtime = self.owned_runtime(thread_id).await?;
         let store = &self.state.store;
         let (missed, active) = runtime.missed(last_seq);
-        if active || !missed.frames.is_empty() || missed.needs_snapshot {
+        if active || (!missed.frames.is_empty() && !missed.needs_snapshot) {
             let snapshot = match runtime.active_message().filter(|_| missed.needs_snapshot) {
                 Some(message_id) => self.snapshot(&runtime.id, &message_id).await?,
                 None => None,

@@ -179,3 +179,41 @@ async fn frames_carry_an_increasing_seq_across_turns() {
     assert!(second[0]["seq"].as_u64().unwrap() > first.last().unwrap()["seq"].as_u64().unwrap());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn resuming_a_big_turn_after_it_ended_gets_the_whole_answer() {
+    // 900 KB of text in 4 KB chunks; the replay buffer keeps 256 KB of it.
+    let chunk = "x".repeat(4096);
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": [chunk], "repeat_chunks": 225, "chunk_delay_ms": 2}
+    ]}]});
+    let server = TestServer::start_with(script, |c| c.server.replay_max_bytes = 256 << 10).await;
+    let mut c = server.client().await;
+    c.chat(None, "big", json!({})).await;
+    let mut seen = Vec::new();
+    let mut bytes = 0;
+    while bytes < 128 << 10 {
+        let frame = c.recv().await;
+        bytes += frame["content"].as_str().map_or(0, str::len);
+        seen.push(frame);
+    }
+    let thread = thread_of(&seen);
+    let last_seq = seen.last().unwrap()["seq"].as_u64().unwrap();
+    c.close().await;
+    // Wait for the turn to end on its own.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.store().messages(&thread).await.unwrap().get(1).map(|m| m.status.as_str())
+        != Some("completed")
+    {
+        assert!(Instant::now() < deadline, "the turn did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut c = server.client().await;
+    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}))
+        .await;
+    let rest = c.turn().await;
+    let message = &of_type(&rest, "message")[0]["message"];
+    assert_eq!(message["content"].as_str().unwrap().len(), 225 * 4096);
+    assert!(rest.iter().all(|f| f["seq"].as_u64().unwrap() > last_seq));
+    server.stop().await;
+}
