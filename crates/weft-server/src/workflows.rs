@@ -297,6 +297,11 @@ pub async fn run(
     let user = user(&state, &headers, &q).await?;
     let row = owned(&state, &user.id, &id).await?;
     let workflow = saved(&row).map_err(internal)?;
+    // A run is a turn as far as the user's limits go: it counts as a message and holds one
+    // of their running turns while it runs.
+    let too_many = |message: String| problem(StatusCode::TOO_MANY_REQUESTS, "rate_limited", &message);
+    state.limits.message(&user.id).map_err(too_many)?;
+    let _slot = state.limits.start_turn(&user.id).map_err(too_many)?;
     let params = body.map(|b| b.0.params).unwrap_or_default();
     let started_at = now_ms();
     let run_id = format!("run_{}", new_id());

@@ -28,6 +28,10 @@ fn script() -> Value {
 }
 
 async fn server() -> TestServer {
+    server_with(|_| {}).await
+}
+
+async fn server_with(configure: impl FnOnce(&mut weft_server::Config)) -> TestServer {
     TestServer::start_with(script(), |c| {
         c.auth.api_keys = vec![
             ApiKeyEntry {
@@ -38,7 +42,8 @@ async fn server() -> TestServer {
                 key: "k-bob".into(),
                 user: "bob".into(),
             },
-        ]
+        ];
+        configure(c);
     })
     .await
 }
@@ -410,5 +415,32 @@ async fn workflow_tools_ask_in_default_are_refused_in_plan_and_nest_their_nodes(
         .find(|f| f["status"] == "end")
         .unwrap();
     assert_eq!(end["result"], json!({"text": "1+2"}).to_string());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn rest_runs_count_against_the_users_limits() {
+    let server = server_with(|c| {
+        c.limits.turns_per_user = 16;
+        c.limits.messages_per_minute = 1_000;
+    })
+    .await;
+    let id = save(
+        &server,
+        json!({"name": "slow", "graph": {"nodes": [
+            {"id": "ask", "type": "llm.prompt", "inputs": {"prompt": "slow model"}}
+        ]}}),
+    )
+    .await;
+    let path = format!("/workflows/{id}/runs");
+    let runs = (0..40).map(|_| server.call(Method::POST, &path, ALICE, Some(json!({}))));
+    let answers = futures::future::join_all(runs).await;
+    let count = |status: u16| answers.iter().filter(|(s, _)| *s == status).count();
+    assert_eq!((count(200), count(429)), (16, 24), "{answers:?}");
+    let refused = answers.iter().find(|(s, _)| *s == 429).unwrap();
+    assert_eq!(refused.1["error"]["code"], "rate_limited");
+    // Another user has their own share.
+    let (status, _) = server.call(Method::POST, &path, BOB, Some(json!({}))).await;
+    assert_eq!(status, 404, "not bob's workflow, and not refused for alice's runs");
     server.stop().await;
 }
