@@ -1,7 +1,8 @@
 //! The `browser` tool in headless Chromium against local test pages: open, type into a form,
 //! click, extract the result, a screenshot kept as the user's asset; the network guard
 //! refusing a private address by default and a redirect to one when only the first host is
-//! trusted.
+//! trusted; and a hostile page trying every way to reach an internal service (images, an
+//! iframe, fetch, a beacon, a worker, a redirect, a WebSocket, a pop-up, a `_blank` link).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -148,5 +149,92 @@ async fn the_guard_refuses_private_pages_and_redirects_to_them() {
         .collect();
     assert!(reached.contains(&"/redirect".to_owned()), "{reached:?}");
     assert!(!reached.contains(&"/secret".to_owned()), "{reached:?}");
+    server.stop().await;
+}
+
+/// A page that tries every way a page has to reach `internal` behind the tool's back.
+fn attack_page(site: &str, internal: &str) -> String {
+    format!(
+        r#"<html><head><title>Attack</title></head><body>
+<img src="{internal}/img"><img src="{site}/ok.png">
+<iframe src="{internal}/iframe"></iframe>
+<img src="{site}/redirect-inside">
+<a id="blank" href="{internal}/blank" target="_blank">x</a>
+<script>
+fetch("{internal}/fetch").catch(() => {{}});
+navigator.sendBeacon("{internal}/beacon", "x");
+const worker = new Worker(URL.createObjectURL(new Blob(
+  ['fetch("{internal}/worker").catch(() => {{}})'], {{type: "text/javascript"}})));
+try {{ new WebSocket("{ws}/ws"); }} catch (e) {{}}
+window.open("{internal}/popup");
+document.getElementById("blank").click();
+</script><div id="out">loaded</div></body></html>"#,
+        ws = internal.replacen("http", "ws", 1)
+    )
+}
+
+/// A TCP service that counts every connection made to it.
+async fn internal_service() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((_stream, peer)) = listener.accept().await {
+            eprintln!("the internal service was reached from {peer}");
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (format!("http://localhost:{port}"), hits)
+}
+
+#[tokio::test]
+async fn no_page_worker_socket_or_popup_reaches_an_internal_service() {
+    let (internal, hits) = internal_service().await;
+    let site = MockServer::start().await;
+    let page = attack_page(&site.uri(), &internal);
+    Mock::given(path("/attack"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(page, "text/html"))
+        .mount(&site)
+        .await;
+    Mock::given(path("/ok.png"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(Vec::<u8>::new(), "image/png"))
+        .mount(&site)
+        .await;
+    Mock::given(path("/redirect-inside"))
+        .respond_with(
+            ResponseTemplate::new(302).insert_header("Location", format!("{internal}/redirected")),
+        )
+        .mount(&site)
+        .await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        call("o", json!({"action": "open", "url": format!("{}/attack", site.uri())})),
+        call("w", json!({"action": "click", "selector": "#out"})),
+        call("e", json!({"action": "extract", "selector": "#out"})),
+        {"text": "done", "repeat": true}
+    ]}]});
+    // The page's own host is trusted; `localhost` (the internal service) is not.
+    let server = TestServer::start_with(script, |c| {
+        c.web.allowed_hosts = vec!["127.0.0.1".into()];
+    })
+    .await;
+    let thread = turn(&server, "attack").await;
+    let results = results(&server, &thread).await;
+    assert!(results.iter().all(|(error, _)| !error), "{results:?}");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the internal service was reached"
+    );
+    let reached: Vec<String> = site
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.url.path().to_owned())
+        .collect();
+    assert!(reached.contains(&"/ok.png".to_owned()), "{reached:?}");
+    assert!(reached.contains(&"/redirect-inside".to_owned()), "{reached:?}");
     server.stop().await;
 }

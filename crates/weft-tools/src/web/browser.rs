@@ -1,8 +1,9 @@
 //! `browser {action, url?, selector?, text?}` (external: it asks in Default mode): headless
 //! Chromium over CDP. One browser process per server, started on first use; one isolated
-//! browser context per turn, disposed when the turn ends. Every request a page makes —
-//! navigations, redirects, subresources — is paused and checked by the SSRF guard before it
-//! may go. Screenshots become assets when an asset sink is given, else data URLs.
+//! browser context per turn, disposed when the turn ends. Every connection the browser makes
+//! — any page, pop-up or worker, WebSockets, beacons, redirects — goes through a local proxy
+//! that checks and pins its target with the SSRF guard ([`super::proxy`]); the turn's page
+//! also has each request paused and checked before it goes, for a clear error. Screenshots become assets when an asset sink is given, else data URLs.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,17 +19,19 @@ use chromiumoxide::cdp::browser_protocol::fetch::{
 };
 use chromiumoxide::cdp::browser_protocol::network::ErrorReason;
 use chromiumoxide::cdp::browser_protocol::target::{
-    CreateBrowserContextParams, CreateTargetParams,
+    CloseTargetParams, CreateBrowserContextParams, CreateTargetParams, EventTargetCreated,
 };
 use chromiumoxide::page::ScreenshotParams;
 use chromiumoxide::Page;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::{Mutex, OnceCell};
+use tokio_util::sync::CancellationToken;
 use weft_core::{Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
 use super::guard::NetPolicy;
+use super::proxy::GuardProxy;
 
 /// Where generated files (screenshots, media) are kept.
 #[async_trait]
@@ -44,6 +47,10 @@ pub trait AssetSink: Send + Sync {
         bytes: Vec<u8>,
     ) -> Result<String, String>;
 }
+
+/// Chromium's bypass rule that takes away its own implicit one for loopback: nothing goes
+/// around the proxy.
+const NO_BYPASS: &str = "<-loopback>";
 
 /// Most characters of page text an answer carries.
 const TEXT_CHARS: usize = 20_000;
@@ -64,6 +71,8 @@ pub struct BrowserTool {
 struct Running {
     browser: Browser,
     _profile: tempfile::TempDir,
+    /// Every connection the browser makes goes through it (and its guard).
+    proxy: GuardProxy,
 }
 
 #[derive(Clone)]
@@ -92,6 +101,9 @@ impl BrowserTool {
         self.browser
             .get_or_try_init(|| async {
                 let profile = tempfile::tempdir().map_err(|e| e.to_string())?;
+                let proxy = GuardProxy::start(self.policy.clone())
+                    .await
+                    .map_err(|e| format!("cannot start the browser's proxy: {e}"))?;
                 let config = BrowserConfig::builder()
                     .chrome_executable(&self.executable)
                     .no_sandbox()
@@ -104,6 +116,11 @@ impl BrowserTool {
                         "--disable-component-update",
                         "--no-first-run",
                     ])
+                    // Everything through the guard: loopback too (Chromium bypasses the
+                    // proxy for it unless told not to), and no UDP of WebRTC's around it.
+                    .arg(format!("--proxy-server={}", proxy.url()))
+                    .arg(format!("--proxy-bypass-list={NO_BYPASS}"))
+                    .arg("--force-webrtc-ip-handling-policy=disable_non_proxied_udp")
                     .build()?;
                 let (browser, mut handler) = Browser::launch(config)
                     .await
@@ -112,6 +129,7 @@ impl BrowserTool {
                 Ok::<_, String>(Arc::new(Running {
                     browser,
                     _profile: profile,
+                    proxy,
                 }))
             })
             .await
@@ -126,8 +144,14 @@ impl BrowserTool {
         }
         let running = self.running().await?;
         let browser = &running.browser;
+        // A context does not take the command line's proxy: it is given again here.
         let context = browser
-            .create_browser_context(CreateBrowserContextParams::default())
+            .create_browser_context(
+                CreateBrowserContextParams::builder()
+                    .proxy_server(running.proxy.url())
+                    .proxy_bypass_list(NO_BYPASS)
+                    .build(),
+            )
             .await
             .map_err(|e| e.to_string())?;
         let target = CreateTargetParams::builder()
@@ -136,11 +160,14 @@ impl BrowserTool {
             .build()?;
         let page = Arc::new(browser.new_page(target).await.map_err(|e| e.to_string())?);
         guard_requests(&page, self.policy.clone()).await?;
+        let ended = CancellationToken::new();
+        close_popups(&running, &context, &page, ended.clone()).await?;
         let session = Session { context, page };
         self.sessions.lock().await.insert(id, session.clone());
         // The turn's end disposes its context (and with it the page).
         let (sessions, running) = (self.sessions.clone(), running.clone());
         ctx.scope.on_end(move || {
+            ended.cancel();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
                     if let Some(session) = sessions.lock().await.remove(&id) {
@@ -250,6 +277,44 @@ impl BrowserTool {
     }
 }
 
+/// Close every other page of `context` as it opens (pop-ups, `target=_blank` links): what
+/// they ask for meets the proxy's guard anyway, and a page left in front of the turn's own
+/// stops its clicks from being handled.
+async fn close_popups(
+    running: &Arc<Running>,
+    context: &BrowserContextId,
+    page: &Page,
+    ended: CancellationToken,
+) -> Result<(), String> {
+    let mut created = running
+        .browser
+        .event_listener::<EventTargetCreated>()
+        .await
+        .map_err(|e| e.to_string())?;
+    let (running, context, own) = (running.clone(), context.clone(), page.target_id().clone());
+    tokio::spawn(async move {
+        loop {
+            let event = tokio::select! {
+                () = ended.cancelled() => return,
+                event = created.next() => match event {
+                    Some(event) => event,
+                    None => return,
+                },
+            };
+            let info = &event.target_info;
+            if info.r#type == "page"
+                && info.target_id != own
+                && info.browser_context_id.as_ref() == Some(&context)
+            {
+                tracing::info!(url = %info.url, "closing a page the browser tool's page opened");
+                let close = CloseTargetParams::new(info.target_id.clone());
+                let _ = running.browser.execute(close).await;
+            }
+        }
+    });
+    Ok(())
+}
+
 /// Pause every request the page makes and let through only what the guard allows.
 async fn guard_requests(page: &Arc<Page>, policy: Arc<NetPolicy>) -> Result<(), String> {
     let mut paused = page
@@ -294,22 +359,8 @@ async fn check_name(policy: &NetPolicy, url: &reqwest::Url) -> Result<(), String
     let Some(url::Host::Domain(name)) = url.host() else {
         return Ok(());
     };
-    if policy.allow_private_network || policy.allowed_hosts.contains(&name.to_ascii_lowercase()) {
-        return Ok(());
-    }
     let port = url.port_or_known_default().unwrap_or(80);
-    let addrs = tokio::net::lookup_host((name, port))
-        .await
-        .map_err(|e| format!("{name} does not resolve: {e}"))?;
-    for addr in addrs {
-        if !super::guard::is_public(addr.ip()) {
-            return Err(format!(
-                "refused: {name} is {}, a loopback, private or otherwise non-public address",
-                addr.ip()
-            ));
-        }
-    }
-    Ok(())
+    policy.resolve(name, port).await.map(|_| ())
 }
 
 async fn page_text(page: &Page) -> Result<String, String> {

@@ -92,19 +92,31 @@ impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = self.policy.clone();
         Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if addrs.is_empty() {
-                return Err(format!("{host} does not resolve").into());
-            }
-            if !policy.trusts(&host) {
-                if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-                    return Err(refused(&host, bad.ip()).into());
-                }
-            }
+            let addrs = policy.resolve(name.as_str(), 0).await?;
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
+    }
+}
+
+impl NetPolicy {
+    /// The addresses of `host` (a name or a literal address) at `port`, all of them
+    /// checked: a host with any address that is not public is refused unless trusted. Connect
+    /// to exactly these (resolving again could answer differently).
+    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("{host} does not resolve: {e}"))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(format!("{host} does not resolve"));
+        }
+        if !self.trusts(host) {
+            if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+                return Err(refused(host, bad.ip()));
+            }
+        }
+        Ok(addrs)
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod browser;
 pub mod fetch;
 pub mod guard;
+pub mod proxy;
 pub mod search;
 
 use std::sync::Arc;
