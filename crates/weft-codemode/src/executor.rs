@@ -9,10 +9,10 @@ use std::sync::Arc;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use weft_core::{prompts, ChatMessage, HostedTurn, OpenCall, TurnOutcome, TurnSpec};
+use weft_core::{ChatMessage, HostedTurn, OpenCall, TurnOutcome, TurnSpec};
 
 use crate::history::flatten;
-use crate::prompt::extract_code;
+use crate::prompt::{code_result_message, extract_code, CODE_EXECUTE};
 use crate::sandbox::{self, FromHost, Limits, Report, ToHost};
 
 pub async fn run_turn(mut spec: TurnSpec, limits: Limits, max_rounds: u32) -> TurnOutcome {
@@ -65,14 +65,14 @@ async fn rounds(
             hosted.say(answer.trim());
             return;
         };
-        let Ok(open) = hosted.open_call(&answer, prompts::CODE_EXECUTE, json!({ "code": code }))
+        let Ok(open) = hosted.open_call(&answer, CODE_EXECUTE, json!({ "code": code }))
         else {
             return;
         };
         let (report, shown) = execute(hosted, &open, code, &tool_names, limits, &mut store).await;
         let (content, is_error) = result_text(&report, &shown);
         let content = hosted.close_call(open, content, is_error);
-        history.push(ChatMessage::user(prompts::code_result_message(&content)));
+        history.push(ChatMessage::user(code_result_message(&content)));
         if let Some(value) = report.done {
             if let Some(value) = value {
                 hosted.say(&display(&value));

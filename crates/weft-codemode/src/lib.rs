@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use weft_core::{prompts, ExecutionMode, Toolbelt, TurnOutcome, TurnSpec};
 use weft_protocol::{AgentConfig, PermissionMode};
 
+pub use prompt::{code_result_message, CODE_EXECUTE};
 pub use sandbox::Limits;
 
 /// The mode's name in `chat_message.data.mode`.

@@ -51,6 +51,15 @@ pub fn extract_code(answer: &str) -> Option<&str> {
     Some(body[..end].trim_end())
 }
 
+/// The call each code run is shown and recorded as.
+pub const CODE_EXECUTE: &str = "code.execute";
+
+/// How a code run's result reads in history (as a user message: `code.execute` is no tool a
+/// provider knows).
+pub fn code_result_message(result: &str) -> String {
+    format!("[result of running that code]\n{result}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

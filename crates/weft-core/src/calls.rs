@@ -3,21 +3,23 @@
 //! call). Each goes through the very path a model's call takes: validation, the gate and
 //! approvals, budget, timeout, truncation or offloading, metadata, events, record.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use async_trait::async_trait;
 use parking_lot::Mutex;
+use serde_json::Value;
 use tokio::sync::Semaphore;
-use weft_protocol::{AgentConfig, PermissionMode};
+use weft_protocol::{AgentConfig, PermissionMode, ServerEvent};
 
 use crate::dispatch::dispatch_one;
 use crate::events::EventSink;
-use crate::hosted::{ModelError, ToolOutcome};
+use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::prompts;
 use crate::record::{new_call_id, Call, Place};
 use crate::repetition::RepetitionGuard;
-use crate::run_loop::Level;
 use crate::sample::{sample, SampleError};
+use crate::tool::{ModelError, NestedCalls, ToolOutcome};
 use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;
 
@@ -30,22 +32,13 @@ pub struct CallSite {
 }
 
 /// What a tool gets to make calls of its own: nested under its call, one level deeper.
-/// Cheap to carry; [`Nested::site`] builds the call site when a tool uses it.
-#[derive(Clone)]
-pub struct Nested {
+/// Cheap to make for every call; the call site is built the first time a tool uses it.
+pub(crate) struct Nested {
     turn: Arc<Turn>,
     parent_id: String,
     depth: u32,
     toolbelt: Toolbelt,
-}
-
-impl std::fmt::Debug for Nested {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Nested")
-            .field("parent_id", &self.parent_id)
-            .field("depth", &self.depth)
-            .finish()
-    }
+    site: OnceLock<CallSite>,
 }
 
 impl Nested {
@@ -55,16 +48,85 @@ impl Nested {
             parent_id: parent_id.to_owned(),
             depth,
             toolbelt: toolbelt.clone(),
+            site: OnceLock::new(),
         }
     }
 
-    pub fn site(&self) -> CallSite {
-        CallSite::new(
-            self.turn.clone(),
-            self.depth,
-            Some(self.parent_id.clone()),
-            &self.toolbelt,
-        )
+    fn site(&self) -> &CallSite {
+        self.site.get_or_init(|| {
+            CallSite::new(
+                self.turn.clone(),
+                self.depth,
+                Some(self.parent_id.clone()),
+                &self.toolbelt,
+            )
+        })
+    }
+}
+
+#[async_trait]
+impl NestedCalls for Nested {
+    async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome {
+        self.site().call_tool(name, arguments).await
+    }
+    async fn complete(&self, system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError> {
+        self.site().complete(system, messages).await
+    }
+    async fn complete_json(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+        schema: Arc<Value>,
+    ) -> Result<String, ModelError> {
+        self.site().complete_json(system, messages, schema).await
+    }
+    fn emit(&self, event: ServerEvent) {
+        self.turn.events.emit(event);
+    }
+    fn is_stopped(&self) -> bool {
+        self.turn.is_stopped()
+    }
+    async fn stopped(&self) {
+        self.turn.cancel.cancelled().await
+    }
+    fn parent_id(&self) -> Option<&str> {
+        Some(&self.parent_id)
+    }
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+}
+
+#[async_trait]
+impl NestedCalls for CallSite {
+    async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome {
+        CallSite::call_tool(self, name, arguments).await
+    }
+    async fn complete(&self, system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError> {
+        CallSite::complete(self, system, messages).await
+    }
+    async fn complete_json(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+        schema: Arc<Value>,
+    ) -> Result<String, ModelError> {
+        CallSite::complete_json(self, system, messages, schema).await
+    }
+    fn emit(&self, event: ServerEvent) {
+        self.turn.events.emit(event);
+    }
+    fn is_stopped(&self) -> bool {
+        CallSite::is_stopped(self)
+    }
+    async fn stopped(&self) {
+        CallSite::stopped(self).await
+    }
+    fn parent_id(&self) -> Option<&str> {
+        CallSite::parent_id(self)
+    }
+    fn depth(&self) -> u32 {
+        CallSite::depth(self)
     }
 }
 

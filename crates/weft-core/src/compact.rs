@@ -10,7 +10,7 @@ use weft_protocol::BudgetReason;
 use crate::budget::BudgetTrip;
 use crate::message::{ChatMessage, Role};
 use crate::prompts;
-use crate::run_loop::Level;
+use crate::level::Level;
 use crate::sample::{sample, SampleError};
 use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;

@@ -14,18 +14,15 @@ use weft_protocol::{
     ToolResultMetadata, ToolResultStatus,
 };
 
-use crate::calls::Nested;
 use crate::gate::GateDecision;
-use crate::parallel;
+use crate::level::Level;
 use crate::prompts;
 use crate::record::{Call, RecordedResult};
 use crate::repetition::RepetitionGuard;
-use crate::run_loop::Level;
-use crate::subtask;
 use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
-use crate::turn::Turn;
+use crate::turn::{Delegation, Turn};
 use crate::validate::{parse_arguments, prepare_args};
 
 /// What the loop must do beyond appending a call's result.
@@ -70,8 +67,7 @@ enum Action {
     /// Settled at preflight (unknown tool, bad arguments, repetition, depth limit).
     Refuse(String),
     Finish(Result<Value, String>),
-    Subtask(Value),
-    Parallel(Value),
+    Delegate(Delegation, Value),
     Tool {
         entry: Arc<ToolEntry>,
         args: Value,
@@ -90,7 +86,7 @@ impl Planned<'_> {
     fn runs_concurrently(&self) -> bool {
         match &self.action {
             Action::Tool { entry, .. } => entry.tool.parallel_safe(),
-            Action::Subtask(_) | Action::Parallel(_) => true,
+            Action::Delegate(..) => true,
             Action::Refuse(_) | Action::Finish(_) => true,
         }
     }
@@ -98,7 +94,7 @@ impl Planned<'_> {
     fn does_work(&self) -> bool {
         matches!(
             self.action,
-            Action::Tool { .. } | Action::Subtask(_) | Action::Parallel(_)
+            Action::Tool { .. } | Action::Delegate(..)
         )
     }
 }
@@ -239,8 +235,8 @@ fn preflight<'a>(
         );
     }
     let action = match name {
-        prompts::RUN_SUBTASK => Action::Subtask(prepared.args),
-        prompts::RUN_PARALLEL_SUBAGENTS => Action::Parallel(prepared.args),
+        prompts::RUN_SUBTASK => Action::Delegate(Delegation::Subtask, prepared.args),
+        prompts::RUN_PARALLEL_SUBAGENTS => Action::Delegate(Delegation::Parallel, prepared.args),
         _ => Action::Tool {
             entry: entry.clone(),
             args: prepared.args,
@@ -317,14 +313,12 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
                 effect: Effect::SchemaInvalid(detail.clone()),
                 ..Settled::error(prompts::schema_invalid(detail))
             },
-            Action::Subtask(args) => match subtask::run(turn, level, call, args).await {
-                Ok(text) => Settled::ok(text),
-                Err(text) => Settled::error(text),
-            },
-            Action::Parallel(args) => match parallel::run(turn, level, call, args).await {
-                Ok(text) => Settled::ok(text),
-                Err(text) => Settled::error(text),
-            },
+            Action::Delegate(kind, args) => {
+                match turn.recursion.delegate(turn, level, call, *kind, args).await {
+                    Ok(text) => Settled::ok(text),
+                    Err(text) => Settled::error(text),
+                }
+            }
             Action::Tool { entry, args } => {
                 run_gated(turn, level, call, entry, args.clone(), &planned.injected).await
             }
@@ -556,7 +550,7 @@ async fn run_tool(
         memory: turn.memory.clone(),
         scope: turn.scope.clone(),
         emit_progress: turn.config.emit_mcp_progress && !level.quiet,
-        nested: Some(Nested::new(
+        nested: Some(turn.recursion.nested(
             turn,
             &call.wire_id,
             level.depth + 1,

@@ -14,12 +14,15 @@ use weft_protocol::{
 };
 
 use crate::calls::CallSite;
+use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::record::{new_call_id, Call, Place, RecordedResult};
-use crate::run_loop::Level;
+use crate::recursion::ENGINE;
 use crate::sample::{sample, SampleError};
+use crate::spec::{TurnEnd, TurnOutcome, TurnSpec};
+use crate::tool::{ModelError, ToolOutcome};
 use crate::toolbelt::Toolbelt;
-use crate::turn::{finish, Turn, TurnEnd, TurnOutcome, TurnSpec};
+use crate::turn::{finish, Turn};
 
 /// A turn driven by a mode of its own.
 pub struct HostedTurn {
@@ -29,14 +32,6 @@ pub struct HostedTurn {
     text: Mutex<String>,
     /// Media the answer carries after its text.
     attachments: Mutex<Vec<weft_protocol::ContentPart>>,
-}
-
-/// Why a model call gave no answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ModelError {
-    /// The turn is stopping (cancelled, a budget tripped).
-    Stopped,
-    Provider(String),
 }
 
 /// A call the mode runs itself (`code.execute`), open until [`HostedTurn::close_call`].
@@ -49,17 +44,10 @@ pub struct OpenCall {
     inner: CallSite,
 }
 
-/// A tool call made from inside an open call, as it came back.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutcome {
-    pub content: String,
-    pub is_error: bool,
-}
-
 impl HostedTurn {
     pub fn start(spec: &TurnSpec) -> HostedTurn {
-        let turn = Arc::new(Turn::new(spec));
-        let root = Level::root(&turn, spec, None);
+        let turn = Arc::new(Turn::new(spec, &ENGINE));
+        let root = Level::root(&turn.config, &turn.llm, spec, None);
         HostedTurn {
             turn,
             root,

@@ -21,29 +21,35 @@ pub mod tokens;
 pub mod tool;
 pub mod toolbelt;
 pub mod truncate;
-pub mod turn;
+pub mod spec;
 pub mod validate;
 
 mod awareness;
+mod classic;
 mod compact;
+mod context;
 mod dispatch;
+mod level;
+mod llm;
 mod parallel;
 mod planner;
+mod recursion;
 mod repetition;
 mod run_loop;
 mod sample;
 mod scope;
 mod subtask;
 pub mod tree;
+mod turn;
 
 pub use artifacts::Artifacts;
 pub use budget::{BudgetTrip, TurnBudget, UsageTotals};
-pub use calls::{CallSite, Nested};
+pub use calls::CallSite;
 pub use catalogue::ContextWindows;
 pub use cost::{ModelRate, RateCard};
 pub use events::{EventCallback, EventSink};
 pub use gate::{decide, GateDecision, PermissionGate};
-pub use hosted::{HostedTurn, ModelError, OpenCall, ToolOutcome};
+pub use hosted::{HostedTurn, OpenCall};
 pub use memory::AgentMemory;
 pub use message::{ChatMessage, Role, ToolCallRequest};
 pub use modes::{ClassicMode, ExecutionMode, ModeRegistry, UnknownMode};
@@ -54,9 +60,10 @@ pub use provider::{
 pub use record::{new_call_id, Call, NoRecord, Place, RecordedResult, Recorder};
 pub use scope::TurnScope;
 pub use tokens::{bytes_bound, TokenCounter};
-pub use tool::{Tool, ToolContext, ToolError};
+pub use tool::{ModelError, NestedCalls, Tool, ToolContext, ToolError, ToolOutcome};
 pub use toolbelt::{
     compose_toolbelt, RunParallelSubagentsTool, RunSubtaskTool, ToolPolicy, Toolbelt,
 };
 pub use tree::{ToolCallRecord, TreeBuilder};
-pub use turn::{run_classic_turn, ModelCallRecord, PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
+pub use classic::run_classic_turn;
+pub use spec::{ModelCallRecord, PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};

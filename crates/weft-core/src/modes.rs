@@ -10,7 +10,8 @@ use weft_protocol::{AgentConfig, PermissionMode};
 
 use crate::prompts;
 use crate::toolbelt::Toolbelt;
-use crate::turn::{run_classic_turn, TurnOutcome, TurnSpec};
+use crate::classic::run_classic_turn;
+use crate::spec::{TurnOutcome, TurnSpec};
 
 #[async_trait]
 pub trait ExecutionMode: Send + Sync {

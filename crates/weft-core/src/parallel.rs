@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::prompts;
 use crate::record::Call;
-use crate::run_loop::Level;
+use crate::level::Level;
 use crate::subtask::{self, names_arg, str_arg, Child, ChildEnd};
 use crate::turn::Turn;
 

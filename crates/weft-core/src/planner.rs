@@ -9,10 +9,12 @@ use weft_protocol::{ServerEvent, ToolCategory};
 
 use crate::message::{ChatMessage, Role};
 use crate::prompts;
-use crate::run_loop::{run_level, Level, LevelEnd};
-use crate::sample::Llm;
+use crate::level::Level;
+use crate::llm::Llm;
+use crate::run_loop::{run_level, LevelEnd};
 use crate::toolbelt::Toolbelt;
-use crate::turn::{PlannerSpec, Turn};
+use crate::spec::PlannerSpec;
+use crate::turn::Turn;
 
 /// Longest piece of earlier conversation the planner is shown.
 const EARLIER_MAX_BYTES: usize = 8_000;

@@ -270,15 +270,6 @@ call read_artifact with this id and an offset to read the rest]"
 
 // Code mode (seed 003).
 
-/// The call each code run is shown and recorded as.
-pub const CODE_EXECUTE: &str = "code.execute";
-
-/// How a code run's result reads in history (as a user message: `code.execute` is no tool a
-/// provider knows).
-pub fn code_result_message(result: &str) -> String {
-    format!("[result of running that code]\n{result}")
-}
-
 /// Heads the facts long-term memory recalled for a turn (then one `- fact` per line).
 pub const REMEMBERED: &str =
     "What you remember about this user from earlier conversations (use it when relevant):";

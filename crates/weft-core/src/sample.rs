@@ -7,27 +7,10 @@ use futures::StreamExt;
 use weft_protocol::ServerEvent;
 
 use crate::message::{ChatMessage, ToolCallRequest};
-use crate::provider::{Capabilities, Provider, ProviderEvent, ProviderRequest, ToolSpec, Usage};
-use crate::run_loop::Level;
-use crate::turn::{ModelCallRecord, Turn};
-
-/// A model to sample from: its provider, its name and what it can do.
-#[derive(Clone)]
-pub(crate) struct Llm {
-    pub provider: Arc<dyn Provider>,
-    pub model: Arc<str>,
-    pub capabilities: Capabilities,
-}
-
-impl Llm {
-    pub fn new(provider: Arc<dyn Provider>, model: &str) -> Self {
-        Llm {
-            capabilities: provider.capabilities(model),
-            model: model.into(),
-            provider,
-        }
-    }
-}
+use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
+use crate::level::Level;
+use crate::spec::ModelCallRecord;
+use crate::turn::Turn;
 
 pub(crate) struct Sampled {
     pub text: String,

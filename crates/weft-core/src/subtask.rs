@@ -10,7 +10,8 @@ use crate::message::ChatMessage;
 use crate::prompts;
 use crate::provider::ToolSpec;
 use crate::record::Call;
-use crate::run_loop::{run_level, Level, LevelEnd, OutputSchema};
+use crate::level::{Level, OutputSchema};
+use crate::run_loop::{run_level, LevelEnd};
 use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;
 

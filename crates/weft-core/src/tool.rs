@@ -1,4 +1,5 @@
-//! The `Tool` trait: a schema, what the tool may touch, and an async call.
+//! The `Tool` trait: a schema, what the tool may touch, and an async call; what a call may
+//! use ([`ToolContext`]), calls of its own included ([`NestedCalls`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,14 +9,14 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use weft_protocol::{Amount, PolicyClass, ServerEvent, ToolCategory};
 
-use crate::calls::Nested;
 use crate::events::EventSink;
 use crate::memory::AgentMemory;
+use crate::message::ChatMessage;
 use crate::scope::TurnScope;
 
 /// Everything a tool call may use: who it runs for, where, how to stop, where to report,
 /// shared memory.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ToolContext {
     pub tool_call_id: String,
     pub parent_id: Option<String>,
@@ -34,7 +35,7 @@ pub struct ToolContext {
     pub emit_progress: bool,
     /// For a tool that runs others (a workflow): calls nested under this one, through the
     /// same gate, budget and record. `None` outside a turn.
-    pub nested: Option<Nested>,
+    pub nested: Option<Arc<dyn NestedCalls>>,
     /// The turn this call belongs to: per-turn state and closers run at its end.
     pub scope: TurnScope,
 }
@@ -55,6 +56,57 @@ impl ToolContext {
             depth: self.depth,
         });
     }
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("tool_call_id", &self.tool_call_id)
+            .field("parent_id", &self.parent_id)
+            .field("depth", &self.depth)
+            .field("user_id", &self.user_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tool call made by code rather than by the model, as it came back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    pub content: String,
+    pub is_error: bool,
+}
+
+/// Why a model call gave no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelError {
+    /// The turn is stopping (cancelled, a budget tripped).
+    Stopped,
+    Provider(String),
+}
+
+/// Calls a tool makes of its own (a workflow's nodes, a build's model calls): nested under
+/// its call, one level deeper, through the same gate, budget, events and record as any.
+#[async_trait]
+pub trait NestedCalls: Send + Sync {
+    /// One tool call (`arguments` are JSON text), exactly as the loop runs one.
+    async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome;
+    /// One model call without tools, on the turn's model and budget; nothing streamed.
+    async fn complete(&self, system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError>;
+    /// Like `complete`, asking for JSON matching `schema` (the caller still checks it).
+    async fn complete_json(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+        schema: Arc<Value>,
+    ) -> Result<String, ModelError>;
+    /// A frame for the user, at this place of the turn.
+    fn emit(&self, event: ServerEvent);
+    fn is_stopped(&self) -> bool;
+    /// Resolves when the turn stops.
+    async fn stopped(&self);
+    /// The call these calls nest under (none at the root).
+    fn parent_id(&self) -> Option<&str>;
+    fn depth(&self) -> u32;
 }
 
 /// Why a tool call failed, split by audience.

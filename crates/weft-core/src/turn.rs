@@ -1,112 +1,64 @@
-//! One turn: its inputs (`TurnSpec`), shared runtime state (`Turn`), and what it hands back
-//! (`TurnOutcome`). `run_classic_turn` runs the unified loop at depth 0 under the wall clock.
+//! `Turn`: the runtime state every depth of one turn shares — budget, gate, cancellation,
+//! events, record, the first reason it stopped — and [`Recursion`], what the loop hands back
+//! up for calls that recurse (sub-agents, nested call sites), so the loop's modules need not
+//! know each other.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use weft_protocol::{AgentConfig, Amount, ExecutionTreeSnapshot, ServerEvent};
+use weft_protocol::{AgentConfig, Amount, ServerEvent};
 
 use crate::artifacts::Artifacts;
-use crate::awareness::ContextBudget;
-use crate::budget::{BudgetTrip, TurnBudget, UsageTotals};
+use crate::budget::{BudgetTrip, TurnBudget};
+use crate::context::ContextBudget;
 use crate::cost::RateCard;
 use crate::events::EventSink;
 use crate::gate::PermissionGate;
+use crate::level::Level;
+use crate::llm::Llm;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
-use crate::planner;
-use crate::provider::Provider;
-use crate::record::Recorder;
-use crate::run_loop::{run_level, Level, LevelEnd};
-use crate::sample::Llm;
+use crate::record::{Call, Recorder};
 use crate::scope::TurnScope;
+use crate::spec::{ModelCallRecord, TurnEnd, TurnOutcome, TurnSpec};
+use crate::tool::NestedCalls;
 use crate::toolbelt::Toolbelt;
-use crate::tree::ToolCallRecord;
 
-/// Everything a turn needs. The history ends with the new user message.
-#[derive(Clone)]
-pub struct TurnSpec {
-    pub provider: Arc<dyn Provider>,
-    pub model: String,
-    pub system_prompt: String,
-    pub history: Vec<ChatMessage>,
-    pub toolbelt: Toolbelt,
-    pub config: Arc<AgentConfig>,
-    pub gate: PermissionGate,
-    pub rate_card: Arc<RateCard>,
-    pub events: EventSink,
-    /// Cancelling this stops the turn at its next await.
-    pub cancel: CancellationToken,
-    pub memory: AgentMemory,
-    /// The user the turn runs for (tools see it).
-    pub user_id: Arc<str>,
-    /// The user's workspace.
-    pub workspace_root: Option<Arc<Path>>,
-    /// Receives every round as it completes (the conversation record).
-    pub recorder: Arc<dyn Recorder>,
-    /// The planner pre-pass, when the agent plans before it acts.
-    pub planner: Option<PlannerSpec>,
-    /// The model's context window in tokens (budget awareness reads it).
-    pub context_window: u64,
-    /// Where results over `tool_result_max_bytes` are kept whole; none: they are only cut.
-    pub artifacts: Option<Arc<dyn Artifacts>>,
+/// Which delegation a call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delegation {
+    /// `run_subtask`.
+    Subtask,
+    /// `run_parallel_subagents`.
+    Parallel,
 }
 
-/// The planner pre-pass: its model and prompt.
-#[derive(Clone)]
-pub struct PlannerSpec {
-    pub provider: Arc<dyn Provider>,
-    pub model: String,
-    /// The planner's system prompt; empty: the built-in one.
-    pub instructions: String,
-}
+/// What dispatch hands back up: calls that run a child level, and call sites for tools that
+/// make calls of their own. Implemented where the loop is (the `recursion` module).
+pub(crate) trait Recursion: Send + Sync {
+    /// Run `call` as a delegation; `Ok` its result, `Err` its error result.
+    fn delegate<'a>(
+        &'a self,
+        turn: &'a Arc<Turn>,
+        level: &'a Level,
+        call: &'a Call,
+        kind: Delegation,
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<String, String>>;
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TurnEnd {
-    Completed,
-    BudgetExceeded(BudgetTrip),
-    Cancelled,
-    ProviderError(String),
-    /// `tool_error_mode = "abort"` and a tool failed.
-    ToolAborted(String),
-    /// A tool reported a fatal error, or the mode could not run.
-    Failed(String),
-}
-
-/// One provider call, for accounting (provider and model are the turn's).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelCallRecord {
-    pub depth: u32,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost_usd: f64,
-    pub duration_ms: f64,
-    pub error: Option<String>,
-}
-
-/// What a turn produced, whatever way it ended.
-#[derive(Debug, Clone)]
-pub struct TurnOutcome {
-    /// Every piece of root-level text streamed during the turn, in order (partial text included).
-    pub text: String,
-    pub end: TurnEnd,
-    pub tree: ExecutionTreeSnapshot,
-    /// One record per tree node, same order.
-    pub tool_calls: Vec<ToolCallRecord>,
-    pub totals: UsageTotals,
-    pub provider: String,
-    pub model: String,
-    pub model_calls: Vec<ModelCallRecord>,
-    /// The root history after the turn: the input history plus every message the turn added.
-    pub history: Vec<ChatMessage>,
-    /// The planner's plan, when the agent plans first.
-    pub plan: Option<String>,
-    /// Media the answer carries after its text (generated images and audio).
-    pub attachments: Vec<weft_protocol::ContentPart>,
+    /// Where the tool of call `parent_id` makes calls of its own, at `depth`.
+    fn nested(
+        &self,
+        turn: &Arc<Turn>,
+        parent_id: &str,
+        depth: u32,
+        toolbelt: &Toolbelt,
+    ) -> Arc<dyn NestedCalls>;
 }
 
 /// Runtime state shared by every depth of one turn.
@@ -127,6 +79,8 @@ pub(crate) struct Turn {
     pub recorder: Arc<dyn Recorder>,
     pub artifacts: Option<Arc<dyn Artifacts>>,
     pub context: ContextBudget,
+    /// Calls that recurse go back up through it.
+    pub recursion: &'static dyn Recursion,
     /// Child of the caller's token: cancelled by the caller, a budget trip or a fatal error.
     pub cancel: CancellationToken,
     end: OnceLock<TurnEnd>,
@@ -135,8 +89,9 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    pub(crate) fn new(spec: &TurnSpec) -> Self {
+    pub(crate) fn new(spec: &TurnSpec, recursion: &'static dyn Recursion) -> Self {
         Turn {
+            recursion,
             llm: Llm::new(spec.provider.clone(), &spec.model),
             config: spec.config.clone(),
             budget: TurnBudget::new(&spec.config),
@@ -211,44 +166,6 @@ impl Turn {
     pub fn record_model_call(&self, record: ModelCallRecord) {
         self.model_calls.lock().push(record);
     }
-}
-
-/// Run one turn of the unified loop (the `classic` execution mode): the planner pre-pass
-/// when the agent plans, then the loop at depth 0, under the wall clock.
-pub async fn run_classic_turn(mut spec: TurnSpec) -> TurnOutcome {
-    let turn = Arc::new(Turn::new(&spec));
-    let history = std::mem::take(&mut spec.history);
-    let deadline = tokio::time::Instant::from_std(turn.budget.deadline());
-    let run = async {
-        let plan = match &spec.planner {
-            Some(planner) => planner::plan(&turn, planner, &history, &spec.toolbelt).await,
-            None => None,
-        };
-        let root = Level::root(&turn, &spec, plan.as_deref());
-        (run_level(turn.clone(), root, history).await, plan)
-    };
-    tokio::pin!(run);
-    let (result, plan) = tokio::select! {
-        result = &mut run => result,
-        () = tokio::time::sleep_until(deadline) => {
-            if let Err(trip) = turn.budget.check_wall_clock() {
-                turn.trip(trip);
-            }
-            run.await
-        }
-    };
-    let end = match turn.end.get() {
-        Some(end) => end.clone(),
-        None if spec.cancel.is_cancelled() => TurnEnd::Cancelled,
-        None => match result.end {
-            LevelEnd::Answer(_) | LevelEnd::Structured(_) => TurnEnd::Completed,
-            LevelEnd::Failed(message) => TurnEnd::Failed(message),
-            LevelEnd::Stopped => TurnEnd::Cancelled,
-        },
-    };
-    let mut outcome = finish(&turn, end, result.all_text, result.history);
-    outcome.plan = plan;
-    outcome
 }
 
 /// Emit the cost summary and gather the outcome.

@@ -155,14 +155,14 @@ fn round_unit(mut assistant: ChatMessage, results: Vec<ChatMessage>) -> Option<U
     if assistant
         .tool_calls
         .iter()
-        .any(|c| c.name == prompts::CODE_EXECUTE)
+        .any(|c| c.name == weft_codemode::CODE_EXECUTE)
     {
         let mut unit = vec![ChatMessage::assistant(assistant.text(), Vec::new())];
         unit.extend(
             results
                 .iter()
                 .take(1)
-                .map(|r| ChatMessage::user(prompts::code_result_message(&r.text()))),
+                .map(|r| ChatMessage::user(weft_codemode::code_result_message(&r.text()))),
         );
         return Some(unit);
     }

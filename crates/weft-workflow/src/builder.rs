@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use weft_core::{CallSite, ChatMessage, ModelError, Tool, ToolContext, ToolError};
+use weft_core::{ChatMessage, ModelError, NestedCalls, Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ServerEvent, ToolCategory};
 
 use crate::graph::Graph;
@@ -57,7 +57,7 @@ impl BuildWorkflow {
     }
 
     /// Plan, validate, repair; the valid graph or why there is none.
-    async fn build(&self, site: &CallSite, objective: &str) -> Result<Graph, String> {
+    async fn build(&self, site: &dyn NestedCalls, objective: &str) -> Result<Graph, String> {
         let system = self.system();
         let mut messages = vec![ChatMessage::user(format!("Objective: {objective}"))];
         let mut last_errors = String::new();
@@ -106,8 +106,8 @@ impl BuildWorkflow {
     }
 }
 
-fn update(site: &CallSite, status: &str, content: String) {
-    site.events().emit(ServerEvent::PlanningUpdate {
+fn update(site: &dyn NestedCalls, status: &str, content: String) {
+    site.emit(ServerEvent::PlanningUpdate {
         status: status.to_owned(),
         content,
     });
@@ -211,7 +211,7 @@ validated graph ({\"graph\": …}) for the editor to show (with ui_paste_graph) 
             .as_ref()
             .ok_or_else(|| ToolError::model("build_workflow runs only inside a turn"))?;
         let graph = self
-            .build(&nested.site(), objective)
+            .build(nested.as_ref(), objective)
             .await
             .map_err(ToolError::model)?;
         Ok(json!({ "graph": graph }).to_string())

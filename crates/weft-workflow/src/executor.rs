@@ -12,11 +12,11 @@ use async_trait::async_trait;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use serde_json::{Map, Value};
+use weft_core::NestedCalls;
 use weft_protocol::tree::preview;
 use weft_protocol::ServerEvent;
 
 use crate::graph::Graph;
-use crate::host::RunHost;
 use crate::node::{NodeContext, Ports, Subgraphs};
 use crate::nodes::io::OUTPUT;
 use crate::registry::NodeRegistry;
@@ -27,7 +27,7 @@ use crate::validate::{validate, Plan, PlanNode};
 pub async fn execute(
     plan: &Plan,
     params: &Map<String, Value>,
-    host: &dyn RunHost,
+    host: &dyn NestedCalls,
     registry: &NodeRegistry,
     limits: &RunLimits,
     job: Job<'_>,
@@ -59,7 +59,7 @@ fn nested_too_deep(limits: &RunLimits) -> String {
 /// One run (or a run nested in a node) and what it shares with the runs around it.
 #[derive(Clone, Copy)]
 struct Run<'a> {
-    host: &'a dyn RunHost,
+    host: &'a dyn NestedCalls,
     registry: &'a NodeRegistry,
     budget: &'a RunBudget,
     /// How many `list.map`s this run is nested in.
@@ -215,7 +215,7 @@ impl Progress {
         mut self,
         plan: &Plan,
         cancelled: bool,
-        host: &dyn RunHost,
+        host: &dyn NestedCalls,
         job: Job<'_>,
     ) -> RunResult {
         for run in self
@@ -348,7 +348,7 @@ fn node_id(job: Job<'_>, node_id: &str) -> String {
     }
 }
 
-fn node_started(host: &dyn RunHost, job: Job<'_>, run: &NodeRun) {
+fn node_started(host: &dyn NestedCalls, job: Job<'_>, run: &NodeRun) {
     host.emit(ServerEvent::NodeUpdate {
         job_id: job.job_id.to_owned(),
         node_id: node_id(job, &run.node_id),
@@ -356,12 +356,12 @@ fn node_started(host: &dyn RunHost, job: Job<'_>, run: &NodeRun) {
         status: "running".to_owned(),
         result_preview: None,
         error: None,
-        parent_id: host.parent_id(),
+        parent_id: host.parent_id().map(str::to_owned),
         depth: host.depth(),
     });
 }
 
-fn node_update(host: &dyn RunHost, job: Job<'_>, run: &NodeRun) {
+fn node_update(host: &dyn NestedCalls, job: Job<'_>, run: &NodeRun) {
     host.emit(ServerEvent::NodeUpdate {
         job_id: job.job_id.to_owned(),
         node_id: node_id(job, &run.node_id),
@@ -369,18 +369,18 @@ fn node_update(host: &dyn RunHost, job: Job<'_>, run: &NodeRun) {
         status: run.status.as_str().to_owned(),
         result_preview: run.output.as_ref().map(|o| preview(&o.to_string())),
         error: run.error.clone(),
-        parent_id: host.parent_id(),
+        parent_id: host.parent_id().map(str::to_owned),
         depth: host.depth(),
     });
 }
 
-fn job_update(host: &dyn RunHost, job: Job<'_>, status: &str, error: Option<String>) {
+fn job_update(host: &dyn NestedCalls, job: Job<'_>, status: &str, error: Option<String>) {
     host.emit(ServerEvent::JobUpdate {
         job_id: job.job_id.to_owned(),
         workflow_id: job.workflow_id.to_owned(),
         status: status.to_owned(),
         error,
-        parent_id: host.parent_id(),
+        parent_id: host.parent_id().map(str::to_owned),
         depth: host.depth(),
     });
 }

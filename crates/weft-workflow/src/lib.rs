@@ -18,7 +18,6 @@ pub use builder::{BuildWorkflow, BUILD_WORKFLOW};
 pub use executor::execute;
 pub use run::{Job, NodeRun, NodeStatus, RunBudget, RunLimits, RunResult, RunStatus};
 pub use graph::{Edge, Graph, Node};
-pub use host::RunHost;
 pub use node::{NodeContext, NodeType, Ports, Subgraphs};
 pub use registry::NodeRegistry;
 pub use tools::{RunRecord, SavedWorkflow, WorkflowLibrary, Workflows};

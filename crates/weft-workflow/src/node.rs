@@ -4,10 +4,10 @@
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
+use weft_core::NestedCalls;
 use weft_protocol::{PolicyClass, ToolCategory};
 
 use crate::graph::Graph;
-use crate::host::RunHost;
 use crate::run::RunLimits;
 
 /// Values by port name.
@@ -25,7 +25,7 @@ pub trait Subgraphs: Send + Sync {
 
 /// What a running node may use.
 pub struct NodeContext<'a> {
-    pub host: &'a dyn RunHost,
+    pub host: &'a dyn NestedCalls,
     /// The run's parameters (what `input.*` nodes read).
     pub params: &'a Map<String, Value>,
     pub limits: &'a RunLimits,

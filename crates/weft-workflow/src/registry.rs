@@ -12,10 +12,9 @@ use crate::nodes;
 use crate::tool_node::ToolNode;
 
 /// Tools that are not nodes: they delegate, build or run workflows, or live in the client.
-pub const NOT_NODES: [&str; 7] = [
+pub const NOT_NODES: [&str; 6] = [
     prompts::RUN_SUBTASK,
     prompts::RUN_PARALLEL_SUBAGENTS,
-    prompts::CODE_EXECUTE,
     "run_workflow",
     "run_node",
     "build_workflow",

@@ -84,14 +84,13 @@ impl Workflows {
             .nested
             .as_ref()
             .ok_or_else(|| ToolError::model("workflows run only inside a turn"))?;
-        let site = nested.site();
         let run_id = format!("run_{}", ctx.tool_call_id);
         let job = Job {
             job_id: &run_id,
             workflow_id,
             prefix: None,
         };
-        let result = execute(&plan, params, &site, &self.registry, &self.limits, job).await;
+        let result = execute(&plan, params, nested.as_ref(), &self.registry, &self.limits, job).await;
         Ok((run_id, result))
     }
 }

@@ -11,8 +11,9 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use weft_protocol::ServerEvent;
+use weft_core::{ChatMessage, ModelError, NestedCalls, ToolOutcome};
 use weft_workflow::{
-    execute, validate, Graph, Job, NodeContext, NodeRegistry, NodeStatus, NodeType, Ports, RunHost,
+    execute, validate, Graph, Job, NodeContext, NodeRegistry, NodeStatus, NodeType, Ports,
     RunLimits, RunStatus,
 };
 
@@ -35,16 +36,31 @@ mod parking_lot_free {
 }
 
 #[async_trait]
-impl RunHost for Host {
-    async fn call_tool(&self, name: &str, args: Value) -> Result<String, String> {
+impl NestedCalls for Host {
+    async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome {
+        let args: Value = serde_json::from_str(&arguments).unwrap();
         match name {
-            "shout" => Ok(args["text"].as_str().unwrap_or_default().to_uppercase()),
-            _ => Err(format!("no tool {name}")),
+            "shout" => ToolOutcome {
+                content: args["text"].as_str().unwrap_or_default().to_uppercase(),
+                is_error: false,
+            },
+            _ => ToolOutcome {
+                content: format!("no tool {name}"),
+                is_error: true,
+            },
         }
     }
-    async fn complete(&self, _system: &str, prompt: &str) -> Result<String, String> {
+    async fn complete(&self, _system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError> {
         tokio::time::sleep(Duration::from_millis(self.model_delay_ms)).await;
-        Ok(format!("model says: {prompt}"))
+        Ok(format!("model says: {}", messages[0].text()))
+    }
+    async fn complete_json(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+        _schema: Arc<Value>,
+    ) -> Result<String, ModelError> {
+        self.complete(system, messages).await
     }
     fn emit(&self, event: ServerEvent) {
         self.events.0.lock().unwrap().push(event);
@@ -57,6 +73,12 @@ impl RunHost for Host {
             return;
         }
         self.stop.notified().await
+    }
+    fn parent_id(&self) -> Option<&str> {
+        None
+    }
+    fn depth(&self) -> u32 {
+        0
     }
 }
 

@@ -8,8 +8,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use weft_protocol::ServerEvent;
+use weft_core::{ChatMessage, ModelError, NestedCalls, ToolOutcome};
 use weft_workflow::{
-    execute, validate, Edge, Graph, Job, Node, NodeContext, NodeRegistry, NodeType, Ports, RunHost,
+    execute, validate, Edge, Graph, Job, Node, NodeContext, NodeRegistry, NodeType, Ports,
     RunLimits, RunStatus,
 };
 
@@ -41,12 +42,23 @@ impl NodeType for Noop {
 struct Host;
 
 #[async_trait]
-impl RunHost for Host {
-    async fn call_tool(&self, _: &str, _: Value) -> Result<String, String> {
-        Err("no tools".into())
+impl NestedCalls for Host {
+    async fn call_tool(&self, _: &str, _: String) -> ToolOutcome {
+        ToolOutcome {
+            content: "no tools".into(),
+            is_error: true,
+        }
     }
-    async fn complete(&self, _: &str, _: &str) -> Result<String, String> {
-        Err("no model".into())
+    async fn complete(&self, _: &str, _: Vec<ChatMessage>) -> Result<String, ModelError> {
+        Err(ModelError::Provider("no model".into()))
+    }
+    async fn complete_json(
+        &self,
+        _: &str,
+        _: Vec<ChatMessage>,
+        _: std::sync::Arc<Value>,
+    ) -> Result<String, ModelError> {
+        Err(ModelError::Provider("no model".into()))
     }
     fn emit(&self, event: ServerEvent) {
         std::hint::black_box(event);
@@ -56,6 +68,12 @@ impl RunHost for Host {
     }
     async fn stopped(&self) {
         std::future::pending::<()>().await
+    }
+    fn parent_id(&self) -> Option<&str> {
+        None
+    }
+    fn depth(&self) -> u32 {
+        0
     }
 }
 

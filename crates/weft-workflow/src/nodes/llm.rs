@@ -36,7 +36,7 @@ impl NodeType for Prompt {
             .get("system")
             .and_then(Value::as_str)
             .unwrap_or(DEFAULT_SYSTEM);
-        let text = ctx.host.complete(system, prompt).await?;
+        let text = crate::host::complete(ctx.host, system, prompt).await?;
         Ok(Ports::from_iter([("text".to_owned(), Value::String(text))]))
     }
 }
