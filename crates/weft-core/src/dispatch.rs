@@ -83,9 +83,14 @@ struct Planned<'a> {
 }
 
 impl Planned<'_> {
+    /// Whether the call may run beside its siblings. A tool that is not parallel-safe, or
+    /// holds an exclusive lock, joins the serial queue, so such calls run in the order the
+    /// model emitted them (an approval wait included).
     fn runs_concurrently(&self) -> bool {
         match &self.action {
-            Action::Tool { entry, .. } => entry.tool.parallel_safe(),
+            Action::Tool { entry, .. } => {
+                entry.tool.parallel_safe() && entry.tool.exclusive_lock().is_none()
+            }
             Action::Delegate(..) => true,
             Action::Refuse(_) | Action::Finish(_) => true,
         }

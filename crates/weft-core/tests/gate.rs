@@ -288,3 +288,28 @@ async fn answering_an_unknown_approval_id_is_refused() {
     let gate = weft_core::PermissionGate::new(PermissionMode::Default);
     assert!(!gate.respond("nope", ApprovalDecision::Allow));
 }
+
+#[tokio::test]
+async fn calls_sharing_a_lock_run_in_the_order_the_model_emitted_them() {
+    // The first asks before it may run; the second would run at once. Sharing a lock, they
+    // queue behind each other in emitted order, the approval wait included.
+    let write = TestTool::new("locked_write")
+        .category(ToolCategory::Write)
+        .lock("workspace_fs");
+    let probe = write.probe();
+    let mut read = TestTool::new("locked_read").lock("workspace_fs");
+    read.probe = probe.clone();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [
+            {"id": "w", "name": "locked_write", "arguments": {"i": 0}},
+            {"id": "r", "name": "locked_read", "arguments": {"i": 1}}
+        ]},
+        {"text": "ok"}
+    ]}]}))
+    .tool(write)
+    .tool(read)
+    .mode(PermissionMode::Default);
+    let (outcome, _) = run_answering(&h, vec![ApprovalDecision::Allow]).await;
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    assert_eq!(*probe.calls.lock(), vec![json!({"i": 0}), json!({"i": 1})]);
+}
