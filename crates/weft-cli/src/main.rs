@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use weft_server::{AppState, Config, Providers};
+use weft_server::{Config, ServerState};
 use weft_store::Store;
 
 #[derive(Parser)]
@@ -132,7 +132,7 @@ async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Re
         .await
         .with_context(|| format!("cannot open the database {}", redact(&config.database.url)))?;
     store.migrate().await.context("cannot apply migrations")?;
-    let providers = Providers::from_config(&config)?;
+    let providers = config.build_providers()?;
     if providers.is_demo() {
         tracing::warn!("DEMO MODE: no model is configured, a built-in script answers. Set OPENAI_API_KEY, ANTHROPIC_API_KEY or OPENAI_BASE_URL for a real model.");
     }
@@ -140,7 +140,7 @@ async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Re
         .await
         .with_context(|| format!("cannot listen on {}", config.server.bind))?;
     let addr: SocketAddr = listener.local_addr()?;
-    let state = AppState::new(config, store, providers, addr).await?;
+    let state = ServerState::start(config, store, providers, addr).await?;
     weft_server::serve(state, listener, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -10,14 +10,14 @@ use futures::future::join_all;
 use futures::FutureExt;
 use serde_json::{Map, Value};
 use weft_protocol::{
-    ApprovalDecision, ApprovalStatus, ServerEvent, ToolCallStatus, ToolParallelism,
+    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus, ToolParallelism,
     ToolResultMetadata, ToolResultStatus,
 };
 
 use crate::gate::GateDecision;
 use crate::level::Level;
 use crate::prompts;
-use crate::record::{Call, RecordedResult};
+use crate::record::{ApprovalRequest, Call, RecordedResult};
 use crate::repetition::RepetitionGuard;
 use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
@@ -456,6 +456,12 @@ async fn ask(
     let id = &call.wire_id;
     // Register before announcing, so an instant answer finds its waiter.
     let reply = turn.gate.request(id, name, hitl);
+    turn.recorder.approval_requested(&ApprovalRequest {
+        id,
+        tool: name,
+        args,
+        injected,
+    });
     turn.events.emit(ServerEvent::ToolApprovalRequest {
         tool_call_id: id.clone(),
         name: name.to_owned(),
@@ -475,22 +481,23 @@ async fn ask(
         () = sleep_or_forever(timeout) => Some(None),
         decision = reply => Some(Some(decision.unwrap_or(ApprovalDecision::Deny))),
     };
-    let resolved = |decision: &str| {
+    let resolved = |outcome: ApprovalOutcome| {
+        turn.recorder.approval_resolved(id, outcome);
         turn.events.emit(ServerEvent::ToolApprovalResolved {
             tool_call_id: id.clone(),
-            decision: decision.to_owned(),
+            decision: outcome,
         });
     };
     match waited {
         None => {
             turn.gate.withdraw(id);
-            resolved("cancelled");
+            resolved(ApprovalOutcome::Cancelled);
             Err(Settled::error(prompts::CANCELLED_RESULT.to_owned())
                 .with_approval(ApprovalStatus::Rejected))
         }
         Some(None) => {
             turn.gate.withdraw(id);
-            resolved("timed_out");
+            resolved(ApprovalOutcome::TimedOut);
             Err(Settled {
                 status: ToolResultStatus::TimedOut,
                 ..Settled::error(prompts::approval_timed_out(name))
@@ -498,7 +505,7 @@ async fn ask(
             })
         }
         Some(Some(ApprovalDecision::Deny)) => {
-            resolved("deny");
+            resolved(ApprovalOutcome::Deny);
             Err(Settled {
                 status: ToolResultStatus::Rejected,
                 ..Settled::error(prompts::denied(name))
@@ -506,11 +513,7 @@ async fn ask(
             .with_approval(ApprovalStatus::Rejected))
         }
         Some(Some(decision)) => {
-            resolved(if decision == ApprovalDecision::AllowForChat {
-                "allow_for_chat"
-            } else {
-                "allow"
-            });
+            resolved(decision.into());
             Ok(ApprovalStatus::Approved)
         }
     }

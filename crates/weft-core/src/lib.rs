@@ -57,7 +57,9 @@ pub use provider::{
     Capabilities, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
     ProviderStream, ToolSpec, Usage,
 };
-pub use record::{new_call_id, Call, NoRecord, Place, RecordedResult, Recorder};
+pub use record::{
+    new_call_id, ApprovalRequest, Call, NoRecord, Place, RecordedResult, Recorder,
+};
 pub use scope::TurnScope;
 pub use tokens::{bytes_bound, TokenCounter};
 pub use tool::{ModelError, NestedCalls, Tool, ToolContext, ToolError, ToolOutcome};

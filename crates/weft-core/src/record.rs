@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use weft_protocol::{RecordedCall, ToolResultMetadata};
+use serde_json::{Map, Value};
+use weft_protocol::{ApprovalOutcome, RecordedCall, ToolResultMetadata};
 
 use crate::message::ToolCallRequest;
 
@@ -42,6 +43,21 @@ pub trait Recorder: Send + Sync {
     /// The history was compacted: `summary` replaced everything before the newest `kept`
     /// messages.
     fn summary(&self, _place: Place<'_>, _summary: &str, _kept: usize) {}
+    /// The user is asked to approve a call (before the request goes out).
+    fn approval_requested(&self, _request: &ApprovalRequest<'_>) {}
+    /// An approval request ended.
+    fn approval_resolved(&self, _id: &str, _outcome: ApprovalOutcome) {}
+}
+
+/// A call waiting for the user's approval, as the record keeps it.
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovalRequest<'a> {
+    /// The call's wire id (the approval's id).
+    pub id: &'a str,
+    pub tool: &'a str,
+    pub args: &'a Value,
+    /// Schema-only arguments split off the call, kept with the approval.
+    pub injected: &'a Map<String, Value>,
 }
 
 /// A recorder that keeps nothing.

@@ -1,10 +1,12 @@
-//! Builds the persisted execution tree (seed 000 shape) and the per-call audit records from
-//! `tool_call_update` events.
+//! Builds the persisted execution tree and the per-call audit records: from
+//! `tool_call_update` events as a turn runs, or from calls and results read back from the
+//! record (the same `start` and `end`).
 
+use serde_json::Value;
 use weft_protocol::tree::preview;
 use weft_protocol::{
     ApprovalStatus, ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, ToolCallStatus,
-    ToolResultStatus,
+    ToolResultMetadata, ToolResultStatus,
 };
 
 /// The runtime record of one tool call (for the audit log), aligned by index with the tree's
@@ -30,6 +32,7 @@ pub struct TreeBuilder {
 }
 
 impl TreeBuilder {
+    /// Feed one event: a `tool_call_update` starts or ends a node; anything else is ignored.
     pub fn observe(&mut self, event: &ServerEvent) {
         let ServerEvent::ToolCallUpdate {
             tool_call_id,
@@ -47,47 +50,69 @@ impl TreeBuilder {
         };
         match status {
             ToolCallStatus::Start => {
-                let title = args
-                    .as_ref()
-                    .filter(|_| name == "run_subtask")
-                    .and_then(|a| a.get("title"))
-                    .and_then(|t| t.as_str())
-                    .map(preview);
-                self.nodes.push(Box::new(ExecutionTreeNode {
-                    id: tool_call_id.clone(),
-                    parent_id: parent_id.clone(),
-                    name: name.clone(),
-                    title,
-                    args_preview: args.as_ref().map(|a| preview(&a.to_string())),
-                    result_preview: None,
-                    is_error: None,
-                    duration_ms: 0.0,
-                }));
-                self.records.push(ToolCallRecord {
-                    depth: *depth,
-                    status: None,
-                    approval: ApprovalStatus::NotRequired,
-                    started_at: 0.0,
-                    execution_time_ms: 0.0,
-                });
+                self.start(tool_call_id, parent_id.as_deref(), name, args.as_ref(), *depth)
             }
             ToolCallStatus::End => {
-                // Ends come soon after their starts: search from the newest.
-                let Some(at) = self.nodes.iter().rposition(|n| n.id == *tool_call_id) else {
-                    return;
-                };
-                let node = &mut self.nodes[at];
-                node.result_preview = result.as_deref().map(preview);
-                node.is_error = *is_error;
-                if let Some(m) = metadata {
-                    node.duration_ms = m.execution_time_ms;
-                    let record = &mut self.records[at];
-                    record.status = Some(m.status);
-                    record.approval = m.approval_status;
-                    record.started_at = m.started_at;
-                    record.execution_time_ms = m.execution_time_ms;
-                }
+                self.end(tool_call_id, result.as_deref(), *is_error, metadata.as_deref())
             }
+        }
+    }
+
+    /// A call started: a node under `parent_id` (its title, for a subtask, from its args).
+    pub fn start(
+        &mut self,
+        id: &str,
+        parent_id: Option<&str>,
+        name: &str,
+        args: Option<&Value>,
+        depth: u32,
+    ) {
+        let title = args
+            .filter(|_| name == "run_subtask")
+            .and_then(|a| a.get("title"))
+            .and_then(|t| t.as_str())
+            .map(preview);
+        self.nodes.push(Box::new(ExecutionTreeNode {
+            id: id.to_owned(),
+            parent_id: parent_id.map(str::to_owned),
+            name: name.to_owned(),
+            title,
+            args_preview: args.map(|a| preview(&a.to_string())),
+            result_preview: None,
+            is_error: None,
+            duration_ms: 0.0,
+        }));
+        self.records.push(ToolCallRecord {
+            depth,
+            status: None,
+            approval: ApprovalStatus::NotRequired,
+            started_at: 0.0,
+            execution_time_ms: 0.0,
+        });
+    }
+
+    /// A call ended with `result`.
+    pub fn end(
+        &mut self,
+        id: &str,
+        result: Option<&str>,
+        is_error: Option<bool>,
+        metadata: Option<&ToolResultMetadata>,
+    ) {
+        // Ends come soon after their starts: search from the newest.
+        let Some(at) = self.nodes.iter().rposition(|n| n.id == id) else {
+            return;
+        };
+        let node = &mut self.nodes[at];
+        node.result_preview = result.map(preview);
+        node.is_error = is_error;
+        if let Some(m) = metadata {
+            node.duration_ms = m.execution_time_ms;
+            let record = &mut self.records[at];
+            record.status = Some(m.status);
+            record.approval = m.approval_status;
+            record.started_at = m.started_at;
+            record.execution_time_ms = m.execution_time_ms;
         }
     }
 

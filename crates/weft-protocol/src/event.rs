@@ -91,6 +91,11 @@ pub enum ErrorCode {
     WorkflowNotFound,
     AgentNotFound,
     AssetNotFound,
+    MessageNotFound,
+    CollectionNotFound,
+    CollectionExists,
+    DocumentRejected,
+    WorkflowsDisabled,
     Internal,
 }
 
@@ -159,7 +164,7 @@ pub enum ServerEvent {
     /// A previously requested approval is no longer pending (answered, released or timed out).
     ToolApprovalResolved {
         tool_call_id: String,
-        decision: String,
+        decision: crate::control::ApprovalOutcome,
     },
     BudgetExceeded {
         reason: BudgetReason,

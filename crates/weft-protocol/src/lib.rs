@@ -19,7 +19,7 @@ pub use command::{
     ChatMessageData, ClientCommand, CommandEnvelope, MediaGeneration, ResumeChatData,
     SetPermissionModeData, StopData,
 };
-pub use control::{ApprovalDecision, ClientTool, ControlFrame};
+pub use control::{ApprovalDecision, ApprovalOutcome, ClientTool, ControlFrame};
 pub use event::{
     Amount, BudgetReason, ErrorCode, ServerEvent, ServerFrame, StoredMessage, ToolCallStatus,
 };

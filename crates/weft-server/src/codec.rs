@@ -1,7 +1,6 @@
-//! Frame decoding (JSON text frames, or MessagePack binary frames with the same shapes) and
-//! MessagePack encoding of an already-encoded JSON frame.
+//! Frame decoding: JSON text frames, or MessagePack binary frames with the same shapes (one
+//! value, bounded in how many values it holds).
 
-use axum::body::Bytes;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,11 +86,6 @@ fn length(rest: &mut &[u8], width: usize) -> Result<usize, String> {
     Ok(head.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b)))
 }
 
-/// The MessagePack form of a JSON frame (same shape, named fields).
-pub fn json_to_msgpack(json: &str) -> Bytes {
-    let value: Value = serde_json::from_str(json).unwrap_or(Value::Null);
-    Bytes::from(rmp_serde::to_vec_named(&value).unwrap_or_default())
-}
 
 #[cfg(test)]
 mod tests {

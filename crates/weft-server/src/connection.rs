@@ -8,19 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
-use serde::Deserialize;
 use tokio::sync::mpsc;
+use weft_protocol::ErrorCode;
 
-use crate::auth::{authenticate, User};
+use crate::auth::AuthUser;
 use crate::codec::{decode_json, decode_msgpack, Wire};
 use crate::commands::Connection;
-use crate::outbox::{Outbound, Outbox, OutboxState};
-use crate::state::AppState;
+use crate::outbox::{message, Outbound, Outbox, OutboxState};
+use crate::rest::ApiError;
+use crate::state::{ServerState, SocketSlot};
 
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
@@ -29,23 +29,21 @@ pub const CLOSE_TOO_BIG: u16 = 1009;
 pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 pub const CLOSE_KEY_REVOKED: u16 = 4001;
 
-#[derive(Debug, Deserialize)]
-pub struct WsQuery {
-    api_key: Option<String>,
-}
-
-/// `GET /ws`: authenticate, then upgrade (a refused key is HTTP 401).
+/// `GET /ws`: authenticate, then upgrade (a refused key is HTTP 401; a user already holding
+/// `server.max_sockets_per_user` sockets gets 429).
 pub async fn ws_handler(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(query): Query<WsQuery>,
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let user = match authenticate(&state, &headers, query.api_key.as_deref()).await {
-        Ok(user) => user,
-        Err(status) => return status.into_response(),
+    let Some(slot) = state.sockets.open(&user.id) else {
+        return ApiError::new(
+            ErrorCode::RateLimited,
+            "too many open sockets for this user (server.max_sockets_per_user)",
+        )
+        .into_response();
     };
-    let server = &state.config.server;
+    let server = &state.runtime.config.server;
     let limit = server.max_frame_bytes;
     // tungstenite's own cap sits above ours, so an oversize frame reaches us and gets 1009.
     let hard_cap = limit.saturating_mul(2).max(limit + 64 * 1024);
@@ -57,24 +55,27 @@ pub async fn ws_handler(
         .max_write_buffer_size(server.max_outbound_bytes.max(WRITE_BATCH_BYTES * 2))
         .max_message_size(hard_cap)
         .max_frame_size(hard_cap)
-        .on_upgrade(move |socket| run(state, user, socket))
+        .on_upgrade(move |socket| run(state, user, slot, socket))
 }
 
 /// tungstenite writes to the socket once this much is buffered, else on flush. Its buffer
 /// keeps its size per connection, so this stays small.
 const WRITE_BATCH_BYTES: usize = 8 * 1024;
 
-async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
-    let conn_id = state.next_conn_id();
-    state.metrics.open_sockets.inc();
+async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket: WebSocket) {
+    let runtime = state.runtime.clone();
+    runtime.metrics.open_sockets.inc();
     let (sink, mut stream) = socket.split();
-    let (outbox, rx) = Outbox::new(state.config.server.max_outbound_bytes);
+    let (outbox, rx) = Outbox::new(
+        runtime.next_subscriber_id(),
+        runtime.config.server.max_outbound_bytes,
+    );
     let binary = Arc::new(AtomicBool::new(false));
     let last_heard = Arc::new(AtomicU64::new(0));
     let clock = tokio::time::Instant::now();
 
     let writer = write_loop(
-        state.clone(),
+        runtime.clone(),
         sink,
         rx,
         outbox.state().clone(),
@@ -86,12 +87,11 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
     let conn = Connection {
         state: state.clone(),
         user,
-        id: conn_id,
         outbox: outbox.clone(),
         client_tools: Default::default(),
     };
-    let limit = state.config.server.max_frame_bytes;
-    let recheck_every = Duration::from_millis(state.config.server.auth_recheck_ms.max(10));
+    let limit = runtime.config.server.max_frame_bytes;
+    let recheck_every = Duration::from_millis(runtime.config.server.auth_recheck_ms.max(10));
     let reader = async move {
         let mut recheck =
             tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
@@ -125,7 +125,7 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
                         Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                     }
                 },
-                () = conn.state.shutdown.cancelled() => {
+                () = conn.state.runtime.shutdown.cancelled() => {
                     conn.outbox.close(CLOSE_GOING_AWAY, "server shutting down");
                     break;
                 }
@@ -140,6 +140,7 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
         conn.detach();
     };
 
+    let subscriber = weft_runtime::FrameSink::id(outbox.as_ref());
     drop(outbox);
     tokio::pin!(writer);
     tokio::select! {
@@ -150,8 +151,8 @@ async fn run(state: Arc<AppState>, user: User, socket: WebSocket) {
         }
     }
     // Idempotent: covers a writer that ended first.
-    detach_orphans(&state, conn_id);
-    state.metrics.open_sockets.dec();
+    runtime.detach(subscriber);
+    runtime.metrics.open_sockets.dec();
 }
 
 /// The close code a read error deserves: invalid UTF-8 1007, oversize 1009, any other
@@ -179,7 +180,7 @@ const FRAMES_PER_BATCH: usize = 32;
 /// Write queued frames in batches (one flush per batch), ping, and drop clients that stop
 /// reading or answering.
 async fn write_loop(
-    state: Arc<AppState>,
+    runtime: Arc<weft_runtime::Runtime>,
     mut sink: Sink,
     mut rx: mpsc::UnboundedReceiver<Outbound>,
     queue: Arc<OutboxState>,
@@ -187,7 +188,7 @@ async fn write_loop(
     last_heard: Arc<AtomicU64>,
     clock: tokio::time::Instant,
 ) {
-    let server = &state.config.server;
+    let server = &runtime.config.server;
     let ping_every = Duration::from_millis(server.ping_interval_ms.max(10));
     let write_timeout = Duration::from_millis(server.write_timeout_ms.max(1));
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
@@ -197,7 +198,7 @@ async fn write_loop(
             biased;
             () = queue.overflow.notified() => {
                 tracing::info!(queued = queue.queued(), "closing a connection that stopped reading");
-                state.metrics.slow_clients.inc();
+                runtime.metrics.slow_clients.inc();
                 close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "outbound queue full").await;
                 return;
             }
@@ -213,7 +214,7 @@ async fn write_loop(
                         match out {
                             Outbound::Frame(frame) => {
                                 bytes += frame.len();
-                                sink.feed(frame.message(wire)).await?;
+                                sink.feed(message(&frame, wire)).await?;
                             }
                             Outbound::Close(code, reason) => {
                                 close = Some((code, reason));
@@ -231,7 +232,7 @@ async fn write_loop(
                     Ok(Err(_)) => return,
                     Err(_) => {
                         tracing::info!("closing a connection whose writes stalled");
-                        state.metrics.slow_clients.inc();
+                        runtime.metrics.slow_clients.inc();
                         close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "write timed out").await;
                         return;
                     }
@@ -269,22 +270,4 @@ async fn close_now(sink: &mut Sink, code: u16, reason: &str) {
         sink.close().await
     })
     .await;
-}
-
-/// Unsubscribe a closed connection; turns it leaves with nobody listening keep running for
-/// the grace period (0: stop now), then stop unless someone resumed them.
-pub fn detach_orphans(state: &Arc<AppState>, conn_id: u64) {
-    let grace = state.config.server.detach_grace_ms;
-    for (thread, generation) in state.hub.detach(conn_id) {
-        if grace == 0 {
-            thread.stop_if_still_detached(generation);
-            continue;
-        }
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(grace)).await;
-            if thread.stop_if_still_detached(generation) {
-                tracing::info!(thread = %thread.id, "stopped a turn nobody resumed");
-            }
-        });
-    }
 }

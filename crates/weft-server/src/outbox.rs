@@ -1,64 +1,18 @@
-//! Frames on their way to a connection: each frame is encoded once (JSON, MessagePack on
-//! demand) however many subscribers get it, and every connection's queue is bounded in bytes
-//! so a client that stops reading cannot make the server buffer without limit.
+//! A socket's queue of frames, bounded in bytes so a client that stops reading cannot make
+//! the server buffer without limit; it is the socket's [`FrameSink`]. Frames are shared,
+//! encoded once ([`SharedFrame`]); the writer turns each into a websocket message in the
+//! format the client last used.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::ws::{Message, Utf8Bytes};
 use tokio::sync::{mpsc, Notify};
 use weft_protocol::ServerFrame;
+use weft_runtime::frame::SubscriberId;
+use weft_runtime::{FrameSink, Outgoing, SharedFrame};
 
 use crate::codec::Wire;
-
-/// A frame encoded for the wire, shared by every subscriber and the replay buffer.
-#[derive(Debug)]
-pub struct SharedFrame {
-    pub seq: Option<u64>,
-    json: Utf8Bytes,
-    msgpack: OnceLock<Bytes>,
-}
-
-impl SharedFrame {
-    pub fn encode(frame: &ServerFrame) -> Arc<SharedFrame> {
-        let mut json = serde_json::to_string(frame).unwrap_or_else(|e| {
-            tracing::error!(error = %e, "cannot encode a frame");
-            String::from("{}")
-        });
-        // Kept for the whole turn (replay): no spare capacity.
-        json.shrink_to_fit();
-        Arc::new(SharedFrame {
-            seq: frame.seq,
-            json: json.into(),
-            msgpack: OnceLock::new(),
-        })
-    }
-
-    /// Bytes this frame holds (its JSON form).
-    pub fn len(&self) -> usize {
-        self.json.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.json.is_empty()
-    }
-
-    pub fn json(&self) -> &str {
-        self.json.as_str()
-    }
-
-    pub fn message(&self, wire: Wire) -> Message {
-        match wire {
-            Wire::Json => Message::Text(self.json.clone()),
-            Wire::MsgPack => Message::Binary(
-                self.msgpack
-                    .get_or_init(|| crate::codec::json_to_msgpack(self.json.as_str()))
-                    .clone(),
-            ),
-        }
-    }
-}
 
 /// What a connection's writer sends.
 #[derive(Debug, Clone)]
@@ -67,9 +21,10 @@ pub enum Outbound {
     Close(u16, String),
 }
 
-/// The sending side of one connection's queue. Cheap to clone.
-#[derive(Clone, Debug)]
+/// The sending side of one connection's queue.
+#[derive(Debug)]
 pub struct Outbox {
+    id: SubscriberId,
     tx: mpsc::UnboundedSender<Outbound>,
     state: Arc<OutboxState>,
 }
@@ -84,7 +39,7 @@ pub struct OutboxState {
 }
 
 impl Outbox {
-    pub fn new(limit: usize) -> (Outbox, mpsc::UnboundedReceiver<Outbound>) {
+    pub fn new(id: SubscriberId, limit: usize) -> (Arc<Outbox>, mpsc::UnboundedReceiver<Outbound>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = Arc::new(OutboxState {
             queued: AtomicUsize::new(0),
@@ -92,12 +47,12 @@ impl Outbox {
             overflowed: AtomicBool::new(false),
             overflow: Notify::new(),
         });
-        (Outbox { tx, state }, rx)
+        (Arc::new(Outbox { id, tx, state }), rx)
     }
 
     /// Queue a frame; false when the connection is gone or its queue overflowed (it is then
     /// being closed and takes nothing more).
-    pub fn send(&self, frame: Arc<SharedFrame>) -> bool {
+    pub fn push(&self, frame: Arc<SharedFrame>) -> bool {
         if self.state.overflowed.load(Ordering::Relaxed) {
             return false;
         }
@@ -110,6 +65,11 @@ impl Outbox {
         self.tx.send(Outbound::Frame(frame)).is_ok()
     }
 
+    /// Queue a frame of this connection's own (not a thread's).
+    pub fn push_frame(&self, frame: &ServerFrame) {
+        self.push(SharedFrame::encode(frame));
+    }
+
     /// Queue a close frame behind what is queued.
     pub fn close(&self, code: u16, reason: impl Into<String>) {
         let _ = self.tx.send(Outbound::Close(code, reason.into()));
@@ -118,9 +78,15 @@ impl Outbox {
     pub fn state(&self) -> &Arc<OutboxState> {
         &self.state
     }
+}
 
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed() || self.state.overflowed.load(Ordering::Relaxed)
+impl FrameSink for Outbox {
+    fn id(&self) -> SubscriberId {
+        self.id
+    }
+
+    fn send(&self, out: Outgoing<'_>) -> bool {
+        self.push(out.frame.clone())
     }
 }
 
@@ -139,6 +105,17 @@ impl OutboxState {
     }
 }
 
+/// The websocket message of a frame, in `wire`'s format.
+pub fn message(frame: &SharedFrame, wire: Wire) -> Message {
+    match wire {
+        Wire::Json => match Utf8Bytes::try_from(frame.json_bytes()) {
+            Ok(text) => Message::Text(text),
+            Err(_) => Message::Text(Utf8Bytes::from("{}")),
+        },
+        Wire::MsgPack => Message::Binary(frame.msgpack()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,29 +131,15 @@ mod tests {
 
     #[test]
     fn the_queue_refuses_frames_past_its_byte_bound() {
-        let (outbox, mut rx) = Outbox::new(200);
-        assert!(outbox.send(frame("a")));
-        assert!(!outbox.send(frame(&"x".repeat(300))));
+        let (outbox, mut rx) = Outbox::new(1, 200);
+        assert!(outbox.push(frame("a")));
+        assert!(!outbox.push(frame(&"x".repeat(300))));
         assert!(outbox.state().overflowed());
         assert!(
-            !outbox.send(frame("b")),
+            !outbox.push(frame("b")),
             "an overflowed queue takes nothing more"
         );
         assert!(matches!(rx.try_recv(), Ok(Outbound::Frame(_))));
         assert!(rx.try_recv().is_err());
-    }
-
-    #[test]
-    fn a_frame_is_encoded_once_in_each_format() {
-        let f = frame("hello");
-        let Message::Binary(a) = f.message(Wire::MsgPack) else {
-            panic!("binary expected")
-        };
-        let Message::Binary(b) = f.message(Wire::MsgPack) else {
-            panic!("binary expected")
-        };
-        assert_eq!(a.as_ptr(), b.as_ptr(), "the MessagePack form is shared");
-        let back: serde_json::Value = rmp_serde::from_slice(&a).unwrap();
-        assert_eq!(back["message"], "hello");
     }
 }

@@ -1,360 +1,97 @@
-//! `AppState`: everything the handlers share, built once at start-up.
+//! `ServerState`: what the HTTP and websocket handlers share — the runtime, whether a
+//! keyless caller is the local user, and how many sockets each user holds.
 
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use weft_core::{
-    compose_toolbelt, prompts, ContextWindows, ModeRegistry, RateCard, ToolPolicy, Toolbelt,
-};
-use weft_protocol::{AgentConfig, ChatContext, PolicyClass};
+use std::net::SocketAddr;
+
+use parking_lot::Mutex;
+use weft_runtime::{Config, Providers, Runtime, StartupError};
 use weft_store::Store;
 
-use crate::assets::AssetStore;
-use crate::client_tools::PendingClientCalls;
-use crate::config::Config;
-use crate::embeddings::Embedder;
-use crate::knowledge::Knowledge;
-use crate::limits::UserLimits;
-use crate::media::Media;
-use crate::metrics::Metrics;
-use crate::providers::Providers;
-use crate::read_artifact::ReadArtifact;
-use crate::threads::{ConnId, ThreadHub};
-use crate::workflows::StoreLibrary;
-use weft_tools::knowledge::KnowledgeBase;
-use weft_workflow::{NodeRegistry, Workflows};
-
-pub struct AppState {
-    pub config: Config,
-    pub store: Store,
-    pub providers: Providers,
-    pub modes: ModeRegistry,
-    /// The composed toolbelts, one per chat context, built (and their schemas compiled) once.
-    thread_toolbelt: Toolbelt,
-    editor_toolbelt: Toolbelt,
-    pub agent: Arc<AgentConfig>,
-    pub rate_card: Arc<RateCard>,
-    /// Each model's context window (the model catalogue beside the rate card).
-    pub context_windows: ContextWindows,
-    /// Offloaded tool results and other assets.
-    pub assets: Arc<AssetStore>,
-    /// Every node type workflows can use; none when workflows are disabled.
-    pub node_registry: Option<Arc<NodeRegistry>>,
-    pub hub: ThreadHub,
-    /// Image and speech generators (the media tools and route 2).
-    pub media: Arc<Media>,
-    /// Collections and long-term memory.
-    pub knowledge: Arc<Knowledge>,
-    /// MCP servers' tools, which may change while the server runs.
-    mcp: McpState,
-    /// Client-run tool calls waiting for the client's answer.
-    pub client_calls: Arc<PendingClientCalls>,
-    pub limits: UserLimits,
-    pub metrics: Arc<Metrics>,
-    /// Every running turn, so shutdown can wait for them.
-    pub turns: TaskTracker,
-    /// Cancelled when the server starts shutting down.
-    pub shutdown: CancellationToken,
-    /// The canonical workspace root (created at start-up).
-    pub workspace_root: Option<Arc<Path>>,
-    /// No API keys and a loopback bind: connections are the local user.
+pub struct ServerState {
+    pub runtime: Arc<Runtime>,
+    /// No API keys and a loopback bind: a caller without a key is the local user.
     pub local_user_allowed: bool,
-    next_conn: AtomicU64,
+    pub sockets: SocketCounts,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error(transparent)]
-    Store(#[from] weft_store::StoreError),
-    #[error(transparent)]
-    Providers(#[from] crate::providers::ProviderSetupError),
-    #[error("config is not valid: {0}")]
-    Config(String),
-    #[error("cannot prepare the workspace root {path}: {source}")]
-    Workspace {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("cannot prepare the asset directory {path}: {source}")]
-    Assets {
-        path: String,
-        source: std::io::Error,
-    },
-}
-
-/// MCP tools and what composing them again needs.
-struct McpState {
-    tools: Arc<weft_tools::mcp::McpTools>,
-    /// The thread and editor policies.
-    policies: [ToolPolicy; 2],
-    /// The toolbelts with the MCP tools of `.0`'s version: thread, editor.
-    current: parking_lot::Mutex<(u64, Toolbelt, Toolbelt)>,
-}
-
-/// How every MCP tool's name starts.
-const MCP_PREFIX: &str = "mcp__";
-
-/// The user when no keys are configured on a loopback bind.
-pub const LOCAL_USER: &str = "local";
-
-impl AppState {
-    /// Build the state: sync configured API keys into the store, prepare the workspace.
-    pub async fn new(
+impl ServerState {
+    /// The runtime on `store`, and who may connect: the local user when no keys are
+    /// configured and `bind` is loopback (no one otherwise, which is warned about).
+    pub async fn start(
         config: Config,
         store: Store,
         providers: Providers,
         bind: SocketAddr,
-    ) -> Result<Arc<AppState>, StartupError> {
-        let metrics = Arc::new(Metrics::default());
-        store.observe_writes(metrics.clone());
-        crate::recovery::close_interrupted_turns(&store).await?;
-        for entry in &config.auth.api_keys {
-            store.put_api_key(&entry.key, &entry.user).await?;
-        }
-        let keys: Vec<&str> = config
-            .auth
-            .api_keys
-            .iter()
-            .map(|k| k.key.as_str())
-            .collect();
-        store.revoke_other_keys(&keys).await?;
-        let local_user_allowed = config.auth.api_keys.is_empty() && bind.ip().is_loopback();
-        if local_user_allowed {
-            store.ensure_user(LOCAL_USER).await?;
-        } else if config.auth.api_keys.is_empty() {
+    ) -> Result<Arc<ServerState>, StartupError> {
+        let keyless = config.auth.api_keys.is_empty();
+        let local_user_allowed = keyless && bind.ip().is_loopback();
+        if keyless && !local_user_allowed {
             tracing::warn!(
                 %bind,
                 "no API keys are configured and the bind is not loopback: every connection will be refused \
                  (set [auth] api_keys or WEFT_API_KEYS)"
             );
         }
+        let runtime = Runtime::new(config, store, providers, local_user_allowed).await?;
+        Ok(ServerState::new(runtime, local_user_allowed))
+    }
 
-        let root = &config.policy.workspace_root;
-        let workspace = std::fs::create_dir_all(root)
-            .and_then(|()| root.canonicalize())
-            .map_err(|source| StartupError::Workspace {
-                path: root.display().to_string(),
-                source,
-            })?;
-
-        let workspace: Arc<Path> = Arc::from(workspace.as_path());
-        let assets = match &config.assets.s3 {
-            Some(s3) => AssetStore::s3(s3, store.clone(), config.assets.max_bytes)
-                .map_err(|e| StartupError::Config(format!("[assets.s3]: {e}")))?,
-            None => AssetStore::local(&config.assets.dir, store.clone(), config.assets.max_bytes)
-                .map_err(|source| StartupError::Assets {
-                path: config.assets.dir.display().to_string(),
-                source,
-            })?,
-        };
-        let assets = Arc::new(assets);
-        let mut tools = weft_tools::builtin_tools();
-        let web = config.web.settings(config.policy.allow_private_network);
-        tools.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
-        let sink: Arc<dyn weft_tools::web::AssetSink> = assets.clone();
-        let media = Arc::new(Media::from_config(&config.media).map_err(StartupError::Config)?);
-        let mcp = weft_tools::mcp::connect(
-            &config.mcp.servers,
-            &config.policy.allowed_mcp_servers,
-            Some(sink.clone()),
-        )
-        .await;
-        let mcp_version = mcp.version();
-        tools.extend(mcp.current());
-        tools.extend(media.tools(&sink));
-        match weft_tools::web::BrowserTool::new(
-            config.web.browser_executable.clone(),
-            web.net.clone(),
-            Some(sink),
-        ) {
-            Some(browser) => tools.push(Arc::new(browser)),
-            None => tracing::info!(
-                path = %config.web.browser_executable.display(),
-                "no Chromium there: the browser tool is left out ([web] browser_executable)"
-            ),
-        }
-        let knowledge = Arc::new(Knowledge {
-            store: store.clone(),
-            embedder: Embedder::from_config(&config.embeddings).map_err(StartupError::Config)?,
-            fetcher: weft_tools::web::FetchUrl::new(&web)
-                .map_err(|e| StartupError::Config(e.to_string()))?,
-        });
-        let knowledge_base: Arc<dyn KnowledgeBase> = knowledge.clone();
-        tools.extend(weft_tools::knowledge::collection_tools(&knowledge_base));
-        tools.push(Arc::new(ReadArtifact {
-            assets: assets.clone(),
-        }));
-        // Every non-agentic tool is a node; the workflow tools themselves are not.
-        let node_registry = if config.workflow.enabled {
-            let registry = Arc::new(NodeRegistry::with_tools(&Toolbelt::new(tools.clone())));
-            let workflows = Workflows {
-                library: Arc::new(StoreLibrary {
-                    store: store.clone(),
-                }),
-                registry: registry.clone(),
-                limits: config.workflow.limits(),
-            };
-            tools.extend(workflows.tools());
-            Some(registry)
-        } else {
-            tracing::warn!(
-                "[workflow] enabled = false: no node registry, so no workflow tools, no \
-                 workflow route and no editor context (build_workflow, ui_* tools)"
-            );
-            None
-        };
-        let policy = |context: &ChatContext| {
-            let mut policy = ToolPolicy::for_context(context, Some(workspace.to_path_buf()));
-            policy.allow_private_network = config.policy.allow_private_network;
-            if config.policy.allow_secrets {
-                policy.classes.insert(PolicyClass::Secrets);
-            }
-            policy
-        };
-        let editor = ChatContext::Editor { workflow_id: None };
-        let policies = [policy(&ChatContext::Thread), policy(&editor)];
-        let thread_toolbelt = compose_toolbelt(&tools, &policies[0], &ChatContext::Thread);
-        let editor_toolbelt = compose_toolbelt(&tools, &policies[1], &editor);
-        // A misspelt `hitl_tools` name would silently turn an approval off.
-        let mut names = thread_toolbelt.names();
-        names.extend(editor_toolbelt.names());
-        config
-            .agent
-            .validate_tools(&names)
-            .map_err(|e| StartupError::Config(e.to_string()))?;
-        let mut rate_card = RateCard::with_common_models();
-        rate_card.merge(&config.pricing);
-        let mut context_windows = ContextWindows::with_common_models();
-        context_windows.merge(&config.context_windows);
-        Ok(Arc::new(AppState {
-            agent: Arc::new(config.agent.clone()),
-            rate_card: Arc::new(rate_card),
-            context_windows,
-            assets,
-            node_registry,
-            store,
-            providers,
-            modes: {
-                let mut modes = ModeRegistry::new();
-                modes.register(Arc::new(weft_codemode::CodeMode::new(config.code)));
-                modes
-            },
-            thread_toolbelt: thread_toolbelt.clone(),
-            editor_toolbelt: editor_toolbelt.clone(),
-            hub: ThreadHub::new(config.server.replay_max_bytes),
-            client_calls: Arc::default(),
-            mcp: McpState {
-                tools: mcp,
-                policies,
-                current: parking_lot::Mutex::new((
-                    mcp_version,
-                    thread_toolbelt.clone(),
-                    editor_toolbelt.clone(),
-                )),
-            },
-            knowledge,
-            media,
-            limits: UserLimits::new(&config.limits),
-            metrics,
-            turns: TaskTracker::new(),
-            shutdown: CancellationToken::new(),
-            workspace_root: Some(workspace),
+    pub fn new(runtime: Arc<Runtime>, local_user_allowed: bool) -> Arc<ServerState> {
+        let per_user = runtime.config.server.max_sockets_per_user;
+        Arc::new(ServerState {
+            runtime,
             local_user_allowed,
-            next_conn: AtomicU64::new(1),
-            config,
-        }))
-    }
-
-    /// Every tool name any session may have (for checking agent configs), the parallel
-    /// sub-agent tool included.
-    pub fn tool_names(&self) -> Vec<&str> {
-        let mut names = self.thread_toolbelt.names();
-        for name in self.editor_toolbelt.names() {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        names.push(prompts::RUN_PARALLEL_SUBAGENTS);
-        names
-    }
-
-    /// The allowed MCP servers: name, connected now, tools offered.
-    pub fn mcp_status(&self) -> Vec<(String, bool, usize)> {
-        self.mcp.tools.status()
-    }
-
-    /// The session toolbelt for a chat context (registered ∩ policy ∩ context). The editor
-    /// context needs a node registry; without one it gets the thread's tools.
-    pub fn toolbelt_for(&self, context: &ChatContext) -> Toolbelt {
-        let editor = self.editor_available(context);
-        let version = self.mcp.tools.version();
-        let mut current = self.mcp.current.lock();
-        if current.0 != version {
-            // A server's tools changed: the MCP part of both toolbelts is composed again.
-            let tools = self.mcp.tools.current();
-            let editor_context = ChatContext::Editor { workflow_id: None };
-            let thread_mcp = compose_toolbelt(&tools, &self.mcp.policies[0], &ChatContext::Thread);
-            let editor_mcp = compose_toolbelt(&tools, &self.mcp.policies[1], &editor_context);
-            *current = (
-                version,
-                self.thread_toolbelt
-                    .replacing_prefix(MCP_PREFIX, &thread_mcp),
-                self.editor_toolbelt
-                    .replacing_prefix(MCP_PREFIX, &editor_mcp),
-            );
-        }
-        if editor {
-            current.2.clone()
-        } else {
-            current.1.clone()
-        }
-    }
-
-    /// The node registry, or why workflows cannot run here.
-    pub fn registry(&self) -> Result<&Arc<NodeRegistry>, (weft_protocol::ErrorCode, String)> {
-        self.node_registry.as_ref().ok_or_else(|| {
-            (
-                weft_protocol::ErrorCode::UnsupportedRoute,
-                "workflows are disabled on this server ([workflow] enabled = false)".to_owned(),
-            )
+            sockets: SocketCounts::new(per_user),
         })
     }
+}
 
-    /// Whether `context` is an editor this server can serve (seed 000: editor context and a
-    /// registry). An editor chat without a registry is a misconfiguration, logged.
-    pub fn editor_available(&self, context: &ChatContext) -> bool {
-        if !matches!(context, ChatContext::Editor { .. }) {
-            return false;
+/// Websockets open per user, within a cap, so one key holder cannot take every slot.
+pub struct SocketCounts {
+    per_user: usize,
+    open: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One open websocket's place in its user's count; dropping it frees the place.
+pub struct SocketSlot {
+    user: String,
+    open: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for SocketSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock();
+        if let Some(n) = open.get_mut(&self.user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.user);
+            }
         }
-        if self.node_registry.is_none() {
-            tracing::warn!(
-                "an editor chat on a server without a node registry ([workflow] enabled = false): \
-                 build_workflow and the client's ui_* tools are left out"
-            );
-            return false;
+    }
+}
+
+impl SocketCounts {
+    pub fn new(per_user: usize) -> Self {
+        SocketCounts {
+            per_user,
+            open: Arc::default(),
         }
-        true
     }
 
-    /// The workspace a user's tools work in: their own directory under the root, or the
-    /// root itself when the workspace is shared. A name that is not a user name (`.`, `..`)
-    /// has none: it would name the root or what lies above it.
-    pub fn workspace_of(&self, user: &str) -> Option<Arc<Path>> {
-        let root = self.workspace_root.as_ref()?;
-        if self.config.policy.shared_workspace {
-            return Some(root.clone());
-        }
-        if !weft_protocol::is_user_name(user) {
+    /// A place for one more socket of `user`, unless they hold the most allowed (0: no cap).
+    pub fn open(&self, user: &str) -> Option<SocketSlot> {
+        let mut open = self.open.lock();
+        let count = open.entry(user.to_owned()).or_insert(0);
+        if self.per_user > 0 && *count >= self.per_user {
             return None;
         }
-        Some(Arc::from(root.join(user).as_path()))
-    }
-
-    pub fn next_conn_id(&self) -> ConnId {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
+        *count += 1;
+        Some(SocketSlot {
+            user: user.to_owned(),
+            open: self.open.clone(),
+        })
     }
 }

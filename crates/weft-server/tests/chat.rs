@@ -139,7 +139,7 @@ async fn parallel_subtasks_nest_and_the_tree_reloads_over_rest() {
         tree,
         &of_type(&frames, "message")[0]["message"]["execution_tree"]
     );
-    let audit = weft_server::audit::tool_calls(server.store(), &thread)
+    let audit = weft_runtime::record::audit::tool_calls(server.store(), &thread)
         .await
         .unwrap();
     assert_eq!(audit.len(), 2);

@@ -272,7 +272,7 @@ async fn a_client_error_a_silent_client_and_a_bad_manifest_each_end_clearly() {
         .unwrap()
         .text()
         .contains("did not answer `ui_add_node` within 300 ms"));
-    assert!(server.state.client_calls.is_empty());
+    assert!(server.state.runtime.client_calls.is_empty());
     server.stop().await;
 }
 
@@ -304,7 +304,7 @@ async fn a_client_that_disconnects_fails_its_call_and_the_turn_is_kept() {
         "{text}"
     );
     assert!(text.contains("added"), "{text}");
-    assert!(server.state.client_calls.is_empty());
+    assert!(server.state.runtime.client_calls.is_empty());
     server.stop().await;
 }
 

@@ -14,7 +14,7 @@ const TURNS: usize = 200;
 const ROUNDS: usize = 5;
 
 fn commits(server: &TestServer) -> u64 {
-    let text = server.state.metrics.render();
+    let text = server.state.runtime.metrics.render();
     text.lines()
         .filter(|l| l.starts_with("weft_store_commits_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())

@@ -264,7 +264,7 @@ async fn hybrid_ranking_finds_by_meaning_what_full_text_misses() {
     assert!(embeddings.received_requests().await.unwrap().len() >= 4);
     // With pgvector the database found the nearest chunks; elsewhere the server compared them.
     assert_eq!(
-        server.state.store.vectors_in_database().await.unwrap(),
+        server.state.runtime.store.vectors_in_database().await.unwrap(),
         support::use_pgvector()
     );
     server.stop().await;

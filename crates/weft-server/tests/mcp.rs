@@ -237,6 +237,7 @@ async fn a_changed_tool_list_reaches_the_next_turns() {
     let has_bonus = || {
         server
             .state
+            .runtime
             .toolbelt_for(&weft_protocol::ChatContext::Thread)
             .contains("mcp__fixture__bonus")
     };
@@ -361,6 +362,7 @@ async fn a_server_without_tools_still_offers_its_resources() {
     .await;
     let belt = server
         .state
+        .runtime
         .toolbelt_for(&weft_protocol::ChatContext::Thread);
     assert!(belt.contains("mcp__read_resource"));
     assert!(belt.contains("mcp__get_prompt"));
@@ -393,6 +395,7 @@ async fn a_server_that_never_answers_does_not_hold_up_the_others() {
     assert!(health["mcp"]["fixture"]["tools"].as_u64().unwrap() >= 5);
     let belt = server
         .state
+        .runtime
         .toolbelt_for(&weft_protocol::ChatContext::Thread);
     assert!(belt.contains("mcp__fixture__echo"));
     let mut c = server.client().await;

@@ -336,6 +336,7 @@ async fn a_server_that_comes_up_after_weft_joins_later() {
     let has_echo = || {
         server
             .state
+            .runtime
             .toolbelt_for(&weft_protocol::ChatContext::Thread)
             .contains("mcp__everything__echo")
     };
@@ -386,6 +387,7 @@ async fn an_http_server_gets_the_configured_headers_and_bearer_token() {
 fn offered_now(server: &TestServer) -> Vec<String> {
     let belt = server
         .state
+        .runtime
         .toolbelt_for(&weft_protocol::ChatContext::Thread);
     belt.specs(&Default::default())
         .iter()

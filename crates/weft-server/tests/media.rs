@@ -243,7 +243,7 @@ async fn route_two_answers_with_media_parts_kept_in_the_thread() {
 
     // Deleting the thread deletes its files, bytes included.
     let files = |dir: &std::path::Path| walk(dir).len();
-    let dir = server.state.config.assets.dir.clone();
+    let dir = server.state.runtime.config.assets.dir.clone();
     assert_eq!(files(&dir), 2);
     let (status, _) = server
         .call(

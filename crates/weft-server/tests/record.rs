@@ -308,7 +308,7 @@ async fn resume_after_the_turn_left_memory_answers_from_the_store() {
     c.close().await;
     // The janitor forgets the finished turn.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(server.state.hub.sweep(Duration::ZERO) >= 1);
+    assert!(server.state.runtime.hub.sweep(Duration::ZERO) >= 1);
 
     let mut c = server.client().await;
     c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}))

@@ -120,4 +120,17 @@ impl Store {
         .await?;
         rows.iter().map(WorkflowRunRow::from_row).collect()
     }
+
+    /// One of `owner`'s runs.
+    pub async fn workflow_run(&self, owner: &str, id: &str) -> Result<Option<WorkflowRunRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {} FROM workflow_runs WHERE id = $1 AND owner = $2",
+            WorkflowRunRow::COLUMNS
+        ))
+        .bind(id)
+        .bind(owner)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(WorkflowRunRow::from_row).transpose()
+    }
 }

@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use weft_core::{Provider, ProviderRequest};
 use weft_providers::ScriptedProvider;
-use weft_server::{AppState, Config, Providers};
+use weft_server::{Config, ServerState};
 use weft_store::testing::TestDb;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -93,7 +93,7 @@ impl Provider for TestProvider {
 
 pub struct TestServer {
     pub addr: SocketAddr,
-    pub state: Arc<AppState>,
+    pub state: Arc<ServerState>,
     /// The scripted provider, recording what the model was sent.
     pub provider: Arc<TestProvider>,
     /// The local user's workspace (each user has `<root>/<user>`).
@@ -133,6 +133,7 @@ impl TestServer {
         // Tests run many turns as one user; the limits have their own tests.
         config.limits.turns_per_user = 0;
         config.limits.messages_per_minute = 0;
+        config.server.max_sockets_per_user = 0;
         configure(&mut config);
 
         let db = if use_sqlite() {
@@ -144,7 +145,7 @@ impl TestServer {
         } else {
             TestDb::postgres().await.unwrap()
         };
-        let mut providers = Providers::from_config(&config).unwrap();
+        let mut providers = config.build_providers().unwrap();
         let provider = Arc::new(TestProvider {
             inner: parking_lot::Mutex::new(Arc::new(
                 ScriptedProvider::from_value(script.clone()).unwrap(),
@@ -154,7 +155,7 @@ impl TestServer {
         providers.insert("scripted", provider.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = AppState::new(config, db.store.clone(), providers, addr)
+        let state = ServerState::start(config, db.store.clone(), providers, addr)
             .await
             .unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -289,7 +290,12 @@ impl TestServer {
     }
 
     pub fn store(&self) -> &weft_store::Store {
-        &self.state.store
+        &self.state.runtime.store
+    }
+
+    /// The runtime the server runs on.
+    pub fn runtime(&self) -> &weft_server::Runtime {
+        &self.state.runtime
     }
 
     /// The database's URL.

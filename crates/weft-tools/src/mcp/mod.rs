@@ -23,6 +23,14 @@ use weft_protocol::ToolCategory;
 pub use catalog::{GET_PROMPT, READ_RESOURCE};
 use server::{Catalog, Server};
 
+/// `[mcp]`: the servers whose tools the agent may use (those the policy's
+/// `allowed_mcp_servers` names).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct McpConfig {
+    pub servers: Vec<McpServerConfig>,
+}
+
 /// `[[mcp.servers]]`: a child process (`command`, `args`, `env`) or a URL.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,6 +2,7 @@
 //! SSRF guard).
 
 pub mod browser;
+pub mod config;
 pub mod fetch;
 pub mod guard;
 pub mod proxy;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use weft_core::Tool;
 
 pub use browser::{AssetSink, BrowserTool};
+pub use config::WebConfig;
 pub use fetch::{to_markdown, FetchUrl, Page};
 pub use guard::{is_public, NetPolicy};
 pub use search::{SearchBackend, SearchSettings, WebSearch};

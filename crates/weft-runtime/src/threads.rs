@@ -9,11 +9,9 @@ use tokio_util::sync::CancellationToken;
 use weft_core::PermissionGate;
 use weft_protocol::{PermissionMode, ServerEvent, ServerFrame};
 
-use crate::outbox::{Outbox, SharedFrame};
+use crate::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
 use crate::record::TurnLog;
 use crate::replay::{Missed, Replay};
-
-pub type ConnId = u64;
 
 pub struct ThreadRuntime {
     /// Shared by every frame of the thread.
@@ -29,7 +27,7 @@ struct ThreadState {
     next_seq: u64,
     /// The current (or last) turn's frames, for `resume_chat`.
     replay: Replay,
-    subscribers: HashMap<ConnId, Outbox>,
+    subscribers: HashMap<SubscriberId, Arc<dyn FrameSink>>,
     active: Option<CancellationToken>,
     /// The running turn's assistant message.
     active_message: Option<String>,
@@ -38,7 +36,7 @@ struct ThreadState {
     detach_generation: u64,
     /// A client left while the turn ran (it may come back for the frames it missed).
     someone_left: bool,
-    /// When the last turn ended (for the janitor).
+    /// When the last turn ended, or the runtime was made (for the janitor).
     ended_at: Option<std::time::Instant>,
 }
 
@@ -57,7 +55,8 @@ impl ThreadRuntime {
                 active_log: None,
                 detach_generation: 0,
                 someone_left: false,
-                ended_at: None,
+                // Idle from the start: a runtime made only to be read goes with the sweep.
+                ended_at: Some(std::time::Instant::now()),
             }),
             ended: tokio::sync::Notify::new(),
         }
@@ -87,32 +86,38 @@ impl ThreadRuntime {
         };
         let shared = SharedFrame::encode(&frame);
         state.replay.push(&frame.event, seq, &shared);
-        state
-            .subscribers
-            .retain(|_, outbox| outbox.send(shared.clone()));
+        let out = Outgoing {
+            frame: &shared,
+            event: Some(&frame.event),
+        };
+        state.subscribers.retain(|_, sink| sink.send(out));
         seq
     }
 
-    /// Send `events` to one connection only (not kept for replay), stamped with this thread
+    /// Send `events` to one subscriber only (not kept for replay), stamped with this thread
     /// and seqs after both the thread's and the client's last one.
-    pub fn send_to(&self, outbox: &Outbox, after_seq: u64, events: Vec<ServerEvent>) {
+    pub fn send_to(&self, sink: &dyn FrameSink, after_seq: u64, events: Vec<ServerEvent>) {
         let mut state = self.state.lock();
         state.next_seq = state.next_seq.max(after_seq + 1);
         for event in events {
             let seq = state.next_seq;
             state.next_seq += 1;
-            outbox.send(SharedFrame::encode(&ServerFrame {
+            let frame = ServerFrame {
                 thread_id: Some(self.id.clone()),
                 seq: Some(seq),
                 event,
-            }));
+            };
+            sink.send(Outgoing {
+                frame: &SharedFrame::encode(&frame),
+                event: Some(&frame.event),
+            });
         }
     }
 
-    pub fn subscribe(&self, conn: ConnId, outbox: Outbox) {
+    pub fn subscribe(&self, sink: Arc<dyn FrameSink>) {
         let mut state = self.state.lock();
         state.detach_generation += 1;
-        state.subscribers.insert(conn, outbox);
+        state.subscribers.insert(sink.id(), sink);
     }
 
     /// What a client that saw up to `last_seq` missed, and whether a turn is still running.
@@ -128,8 +133,7 @@ impl ThreadRuntime {
     /// `last_seq`, then subscribe, with no gap between.
     pub fn resume(
         &self,
-        conn: ConnId,
-        outbox: Outbox,
+        sink: Arc<dyn FrameSink>,
         last_seq: u64,
         first: Option<ServerEvent>,
     ) -> usize {
@@ -142,25 +146,30 @@ impl ThreadRuntime {
                 .and_then(|f| f.seq)
                 .unwrap_or(state.next_seq)
                 .saturating_sub(1);
-            outbox.send(SharedFrame::encode(&ServerFrame {
+            let frame = ServerFrame {
                 thread_id: Some(self.id.clone()),
                 seq: Some(seq),
                 event,
-            }));
+            };
+            sink.send(Outgoing {
+                frame: &SharedFrame::encode(&frame),
+                event: Some(&frame.event),
+            });
         }
         let count = missed.frames.len();
-        for frame in missed.frames {
-            outbox.send(frame);
+        for frame in &missed.frames {
+            sink.send(Outgoing { frame, event: None });
         }
         state.detach_generation += 1;
-        state.subscribers.insert(conn, outbox);
+        state.subscribers.insert(sink.id(), sink);
         count
     }
 
-    /// Drop a connection; true when that leaves a running turn with nobody listening.
-    fn unsubscribe(&self, conn: ConnId) -> Option<u64> {
+    /// Drop a subscriber; the detach generation when that leaves a running turn with nobody
+    /// listening.
+    fn unsubscribe(&self, subscriber: SubscriberId) -> Option<u64> {
         let mut state = self.state.lock();
-        state.subscribers.remove(&conn)?;
+        state.subscribers.remove(&subscriber)?;
         if state.active.is_some() {
             state.someone_left = true;
         }
@@ -293,13 +302,13 @@ impl ThreadHub {
         self.threads.lock().remove(id)
     }
 
-    /// Unsubscribe a closed connection everywhere; returns the turns it left orphaned, each
-    /// with the detach generation to check when the grace period ends.
-    pub fn detach(&self, conn: ConnId) -> Vec<(Arc<ThreadRuntime>, u64)> {
+    /// Unsubscribe a subscriber everywhere; returns the turns it left orphaned, each with the
+    /// detach generation to check when the grace period ends.
+    pub fn detach(&self, subscriber: SubscriberId) -> Vec<(Arc<ThreadRuntime>, u64)> {
         let threads: Vec<_> = self.threads.lock().values().cloned().collect();
         threads
             .into_iter()
-            .filter_map(|t| t.unsubscribe(conn).map(|generation| (t, generation)))
+            .filter_map(|t| t.unsubscribe(subscriber).map(|generation| (t, generation)))
             .collect()
     }
 
@@ -360,8 +369,8 @@ mod tests {
             t.end();
         }
         granted.gate.allow_for_chat("write_file");
-        let (outbox, _rx) = Outbox::new(1 << 20);
-        watched.subscribe(1, outbox);
+        let (sink, _frames) = crate::frame::ChannelSink::new(1, 1 << 20);
+        watched.subscribe(sink);
         assert!(running.try_begin(CancellationToken::new(), "m"));
         assert_eq!(hub.sweep(std::time::Duration::ZERO), 1);
         assert!(hub.get("idle").is_none());

@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
-use weft_core::{Place, RecordedResult, Recorder};
-use weft_protocol::{RecordEntry, RecordedCall};
-use weft_store::{now_ms, Done, ItemRow, Store, WriteOp};
+use serde_json::Value;
+use weft_core::{ApprovalRequest, Place, RecordedResult, Recorder};
+use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
+use weft_store::{now_ms, ApprovalRow, Done, ItemRow, Store, WriteOp};
+
+use super::{entry_row, results_row, ItemPlace};
 
 /// Streamed text and held items reach the database at least this often.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -141,13 +144,13 @@ impl TurnLog {
             Some(draft) if draft.dirty => {
                 draft.dirty = false;
                 draft.flushed_at = Instant::now();
-                let body = entry_json(&RecordEntry::Assistant {
+                let entry = RecordEntry::Assistant {
                     id: None,
                     text: draft.text.clone(),
                     tool_calls: Vec::new(),
                     partial: true,
-                });
-                Some(self.row(draft.position, "assistant", None, 0, body))
+                };
+                Some(entry_row(self.place(draft.position, None, 0), &entry))
             }
             _ => None,
         };
@@ -164,31 +167,17 @@ impl TurnLog {
         self.failure.lock().clone()
     }
 
-    /// An item of this turn; its key is the turn's message id and its position, so a draft
-    /// and the final item it becomes are one row.
-    fn row(
-        &self,
-        position: i64,
-        kind: &str,
-        parent_id: Option<&str>,
-        depth: u32,
-        body: String,
-    ) -> ItemRow {
-        ItemRow {
-            thread_id: self.thread_id.clone(),
-            message_id: self.message_id.clone(),
+    /// Where an item of this turn goes; its key is the turn's message id and its position,
+    /// so a draft and the final item it becomes are one row.
+    fn place<'a>(&'a self, position: i64, parent_id: Option<&'a str>, depth: u32) -> ItemPlace<'a> {
+        ItemPlace {
+            thread_id: &self.thread_id,
+            message_id: &self.message_id,
             position,
-            kind: kind.to_owned(),
-            parent_id: parent_id.map(str::to_owned),
-            depth: i64::from(depth),
-            body,
-            created_at: now_ms(),
+            parent_id,
+            depth,
         }
     }
-}
-
-fn entry_json(entry: &RecordEntry) -> String {
-    serde_json::to_string(entry).unwrap_or_else(|_| "{}".to_owned())
 }
 
 impl Recorder for TurnLog {
@@ -220,12 +209,12 @@ impl Recorder for TurnLog {
     }
 
     fn assistant(&self, place: Place<'_>, text: &str, calls: &[RecordedCall]) {
-        let body = entry_json(&RecordEntry::Assistant {
+        let entry = RecordEntry::Assistant {
             id: None,
             text: text.to_owned(),
             tool_calls: calls.to_vec(),
             partial: false,
-        });
+        };
         let mut state = self.state.lock();
         let position = match state.draft.take().filter(|_| place.depth == 0) {
             Some(draft) => draft.position,
@@ -234,21 +223,21 @@ impl Recorder for TurnLog {
                 state.next_position - 1
             }
         };
-        let row = self.row(position, "assistant", place.parent_id, place.depth, body);
+        let row = entry_row(self.place(position, place.parent_id, place.depth), &entry);
         state.items.push(row);
     }
 
     /// A compaction's summary, at the point of the record where it was made.
     fn summary(&self, place: Place<'_>, summary: &str, kept: usize) {
-        let body = entry_json(&RecordEntry::Summary {
+        let entry = RecordEntry::Summary {
             summary: summary.to_owned(),
             kept_messages: u32::try_from(kept).unwrap_or(u32::MAX),
-        });
+        };
         {
             let mut state = self.state.lock();
             state.next_position += 1;
             let position = state.next_position - 1;
-            let row = self.row(position, "summary", place.parent_id, place.depth, body);
+            let row = entry_row(self.place(position, place.parent_id, place.depth), &entry);
             state.items.push(row);
         }
         self.flush();
@@ -268,14 +257,36 @@ impl Recorder for TurnLog {
                 metadata: Some(r.metadata.clone()),
             })
             .collect();
-        let body = serde_json::to_string(&entries).unwrap_or_else(|_| "[]".to_owned());
         {
             let mut state = self.state.lock();
             state.next_position += 1;
             let position = state.next_position - 1;
-            let row = self.row(position, "tool_results", place.parent_id, place.depth, body);
+            let row = results_row(self.place(position, place.parent_id, place.depth), &entries);
             state.items.push(row);
         }
         self.flush();
+    }
+
+    /// The approval is stored (pending) before the user is asked, at once.
+    fn approval_requested(&self, request: &ApprovalRequest<'_>) {
+        self.submit(WriteOp::InsertApproval(ApprovalRow {
+            id: request.id.to_owned(),
+            thread_id: self.thread_id.clone(),
+            tool: request.tool.to_owned(),
+            arguments: request.args.to_string(),
+            status: "pending".to_owned(),
+            created_at: now_ms(),
+            decided_at: None,
+            injected_args: (!request.injected.is_empty())
+                .then(|| Value::Object(request.injected.clone()).to_string()),
+        }));
+    }
+
+    fn approval_resolved(&self, id: &str, outcome: ApprovalOutcome) {
+        self.submit(WriteOp::DecideApproval {
+            thread_id: self.thread_id.clone(),
+            id: id.to_owned(),
+            status: outcome.status().to_owned(),
+        });
     }
 }

@@ -9,7 +9,8 @@ use weft_protocol::{MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
 use crate::persist::rfc3339;
-use crate::trace::{entries, root_text};
+use super::entries;
+use super::views::root_text;
 
 /// The prompt object of the turn whose assistant message is `message`; `input` is the user
 /// message that started it, `items` its record, `waiting` whether it waits on an approval.

@@ -1,28 +1,16 @@
-//! Reading the record back for people: a thread's whole record (`/items`), one turn's trace
-//! with subtasks nested under their calls, and what a turn produced so far (its root text
-//! and an execution tree rebuilt from its items) for snapshots and crash recovery.
+//! The record as people read it: a thread's whole record (`/items`), one turn's trace with
+//! subtasks nested under their calls, and what a turn produced so far (its root text and its
+//! execution tree) for snapshots and crash recovery.
 
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
-use weft_protocol::tree::preview;
-use weft_protocol::{ExecutionTreeNode, ExecutionTreeSnapshot, RecordEntry};
+use weft_core::TreeBuilder;
+use weft_protocol::{ExecutionTreeSnapshot, MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
+use super::{entries, ItemKind};
 use crate::persist::rfc3339;
-
-/// The entries one stored item holds: an assistant message, or a round's tool results.
-pub fn entries(item: &ItemRow) -> Vec<RecordEntry> {
-    let parsed = if item.kind == "tool_results" {
-        serde_json::from_str::<Vec<RecordEntry>>(&item.body)
-    } else {
-        serde_json::from_str::<RecordEntry>(&item.body).map(|e| vec![e])
-    };
-    parsed.unwrap_or_else(|e| {
-        tracing::warn!(item = %item.id(), error = %e, "unreadable record item");
-        Vec::new()
-    })
-}
 
 /// The whole root-level record of a thread, in order: each user message, then its turn's
 /// assistant messages and tool results.
@@ -34,11 +22,19 @@ pub fn thread_record(messages: &[MessageRow], items: &[ItemRow]) -> Vec<Value> {
     let mut out = Vec::new();
     for m in messages {
         if m.role == "user" {
-            out.push(json!({"kind": "user", "id": m.id, "content": m.content, "created_at": rfc3339(m.created_at)}));
+            let content = serde_json::from_value::<MessageContent>(m.content.clone())
+                .unwrap_or_else(|_| MessageContent::Text(m.content.to_string()));
+            let entry = RecordEntry::User {
+                id: Some(m.id.clone()),
+                content,
+            };
+            let mut value = serde_json::to_value(entry).unwrap_or(Value::Null);
+            value["created_at"] = json!(rfc3339(m.created_at));
+            out.push(value);
             continue;
         }
         for item in by_turn.remove(m.id.as_str()).unwrap_or_default() {
-            let several = item.kind == "tool_results";
+            let several = ItemKind::of(item) == Some(ItemKind::ToolResults);
             for (i, entry) in entries(item).into_iter().enumerate() {
                 let mut value = serde_json::to_value(entry).unwrap_or(Value::Null);
                 if let Some(obj) = value.as_object_mut() {
@@ -126,52 +122,31 @@ pub fn root_text(items: &[ItemRow]) -> String {
         .collect()
 }
 
-/// The execution tree of a turn rebuilt from its items: one node per call, with its result
-/// when it has one.
+/// The execution tree of a turn rebuilt from its items, by the builder a running turn uses:
+/// one node per call, with its result when it has one.
 pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
-    let mut nodes: Vec<ExecutionTreeNode> = Vec::new();
-    let mut at: HashMap<String, usize> = HashMap::new();
-    for (item, entry) in items
-        .iter()
-        .flat_map(|i| entries(i).into_iter().map(move |e| (i, e)))
-    {
-        match entry {
-            RecordEntry::Assistant { tool_calls, .. } => {
-                for call in tool_calls {
-                    let args: Value = serde_json::from_str(&call.arguments)
-                        .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-                    let title = (call.name == "run_subtask")
-                        .then(|| args.get("title").and_then(Value::as_str).map(preview))
-                        .flatten();
-                    at.insert(call.id.clone(), nodes.len());
-                    nodes.push(ExecutionTreeNode {
-                        id: call.id,
-                        parent_id: item.parent_id.clone(),
-                        name: call.name,
-                        title,
-                        args_preview: Some(preview(&args.to_string())),
-                        result_preview: None,
-                        is_error: None,
-                        duration_ms: 0.0,
-                    });
+    let mut tree = TreeBuilder::default();
+    for item in items {
+        let depth = u32::try_from(item.depth).unwrap_or(0);
+        for entry in entries(item) {
+            match entry {
+                RecordEntry::Assistant { tool_calls, .. } => {
+                    for call in tool_calls {
+                        let args: Value = serde_json::from_str(&call.arguments)
+                            .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                        tree.start(&call.id, item.parent_id.as_deref(), &call.name, Some(&args), depth);
+                    }
                 }
+                RecordEntry::ToolResult {
+                    tool_call_id,
+                    result,
+                    is_error,
+                    metadata,
+                    ..
+                } => tree.end(&tool_call_id, Some(&result), Some(is_error), metadata.as_ref()),
+                _ => {}
             }
-            RecordEntry::ToolResult {
-                tool_call_id,
-                result,
-                is_error,
-                metadata,
-                ..
-            } => {
-                if let Some(&i) = at.get(&tool_call_id) {
-                    let node = &mut nodes[i];
-                    node.result_preview = Some(preview(&result));
-                    node.is_error = Some(is_error);
-                    node.duration_ms = metadata.map_or(0.0, |m| m.execution_time_ms);
-                }
-            }
-            _ => {}
         }
     }
-    ExecutionTreeSnapshot { version: 1, nodes }
+    tree.take().0
 }

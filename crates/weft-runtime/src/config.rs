@@ -12,8 +12,8 @@ use weft_protocol::AgentConfig;
 pub struct Config {
     pub server: ServerConfig,
     pub database: DatabaseConfig,
-    pub provider: ProviderConfig,
-    pub providers: ProvidersConfig,
+    pub provider: weft_providers::ProviderConfig,
+    pub providers: weft_providers::ProvidersConfig,
     pub policy: PolicyConfig,
     pub auth: AuthConfig,
     pub limits: crate::limits::LimitsConfig,
@@ -27,21 +27,16 @@ pub struct Config {
     pub code: weft_codemode::Limits,
     pub workflow: WorkflowConfig,
     /// Web search and page fetching.
-    pub web: WebConfig,
+    pub web: weft_tools::web::WebConfig,
     /// An embeddings endpoint for hybrid collection search (absent: full text only).
     pub embeddings: crate::embeddings::EmbeddingsConfig,
     /// Image and speech generation.
     pub media: crate::media::MediaConfig,
     /// MCP servers whose tools the agent may use (those `policy.allowed_mcp_servers` names).
-    pub mcp: McpConfig,
+    pub mcp: weft_tools::mcp::McpConfig,
 }
 
-/// `[[mcp.servers]]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct McpConfig {
-    pub servers: Vec<weft_tools::mcp::McpServerConfig>,
-}
+
 
 /// How workflow runs are bounded (beyond the turn's budget they run under).
 #[derive(Debug, Clone, Deserialize)]
@@ -163,26 +158,12 @@ pub struct ServerConfig {
     /// A request head must arrive within this long of the connection (or of the previous
     /// request on a kept-alive connection).
     pub header_timeout_ms: u64,
+    /// Connections one address may hold before any of them authenticates (0: no cap). Behind
+    /// a proxy every client has the proxy's address: raise it or set 0 there.
+    pub max_unauthenticated_per_address: usize,
+    /// Websockets one user may hold open at once (0: no cap).
+    pub max_sockets_per_user: usize,
 }
-
-impl ServerConfig {
-    /// The connection cap in force.
-    pub fn connection_cap(&self) -> usize {
-        self.max_connections.unwrap_or_else(|| {
-            let mut limit = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit only writes the struct it is given.
-            let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-            let descriptors = if ok { limit.rlim_cur as usize } else { 1024 };
-            descriptors.saturating_sub(RESERVED_DESCRIPTORS).max(16)
-        })
-    }
-}
-
-/// File descriptors kept free for the database pool, the listener, files and logs.
-const RESERVED_DESCRIPTORS: usize = 64;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -199,6 +180,8 @@ impl Default for ServerConfig {
             write_timeout_ms: 30_000,
             max_connections: None,
             header_timeout_ms: 10_000,
+            max_unauthenticated_per_address: 128,
+            max_sockets_per_user: 64,
         }
     }
 }
@@ -217,128 +200,6 @@ impl Default for DatabaseConfig {
         DatabaseConfig {
             url: "sqlite://data/weft.db".to_owned(),
             sqlite_synchronous: "normal".to_owned(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct ProviderConfig {
-    /// `openai`, `anthropic`, `scripted`; absent → picked from the environment.
-    pub default: Option<String>,
-    pub model: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct ProvidersConfig {
-    pub scripted: ScriptedConfig,
-    pub openai: RemoteProviderConfig,
-    pub anthropic: RemoteProviderConfig,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct ScriptedConfig {
-    pub script: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
-pub struct RemoteProviderConfig {
-    pub api_key: Option<String>,
-    pub base_url: Option<String>,
-    /// Retries after the first attempt on 429, 5xx and "overloaded".
-    pub max_retries: usize,
-    pub connect_timeout_ms: u64,
-    /// Longest wait for response headers, and between two chunks of a stream.
-    pub read_timeout_ms: u64,
-}
-
-impl Default for RemoteProviderConfig {
-    fn default() -> Self {
-        RemoteProviderConfig {
-            api_key: None,
-            base_url: None,
-            max_retries: 3,
-            connect_timeout_ms: 10_000,
-            read_timeout_ms: 120_000,
-        }
-    }
-}
-
-impl RemoteProviderConfig {
-    pub fn http_options(&self) -> weft_providers::HttpOptions {
-        weft_providers::HttpOptions {
-            connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
-            read_timeout: std::time::Duration::from_millis(self.read_timeout_ms),
-            max_retries: self.max_retries,
-            ..weft_providers::HttpOptions::default()
-        }
-    }
-}
-
-/// `[web]`: the search backend (none: no `web_search`) and `fetch_url`'s caps.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
-pub struct WebConfig {
-    /// `searxng`, `brave` or `tavily`; absent: no `web_search` tool.
-    pub search_backend: Option<weft_tools::web::SearchBackend>,
-    /// The backend's base URL (required for SearXNG).
-    pub search_url: Option<String>,
-    pub search_api_key: Option<String>,
-    pub search_max_results: usize,
-    pub search_timeout_ms: u64,
-    /// Most bytes of one page `fetch_url` reads.
-    pub fetch_max_bytes: usize,
-    pub fetch_timeout_ms: u64,
-    /// Host names `fetch_url` may reach whatever they resolve to (an intranet wiki).
-    pub allowed_hosts: Vec<String>,
-    /// Chromium for the `browser` tool; the tool is left out when it is not there.
-    pub browser_executable: PathBuf,
-}
-
-impl Default for WebConfig {
-    fn default() -> Self {
-        WebConfig {
-            search_backend: None,
-            search_url: None,
-            search_api_key: None,
-            search_max_results: 5,
-            search_timeout_ms: 15_000,
-            fetch_max_bytes: 2 * 1024 * 1024,
-            fetch_timeout_ms: 15_000,
-            allowed_hosts: Vec::new(),
-            browser_executable: PathBuf::from("/usr/bin/chromium"),
-        }
-    }
-}
-
-impl WebConfig {
-    /// The web tools' settings, with the policy's private-network switch.
-    pub fn settings(&self, allow_private_network: bool) -> weft_tools::web::WebSettings {
-        use std::time::Duration;
-        weft_tools::web::WebSettings {
-            net: weft_tools::web::NetPolicy {
-                allow_private_network,
-                allowed_hosts: self
-                    .allowed_hosts
-                    .iter()
-                    .map(|h| h.to_ascii_lowercase())
-                    .collect(),
-            },
-            search: self
-                .search_backend
-                .clone()
-                .map(|backend| weft_tools::web::SearchSettings {
-                    backend,
-                    url: self.search_url.clone(),
-                    api_key: self.search_api_key.clone(),
-                    max_results: self.search_max_results.clamp(1, 20),
-                    timeout: Duration::from_millis(self.search_timeout_ms),
-                }),
-            fetch_max_bytes: self.fetch_max_bytes.max(1024),
-            fetch_timeout: Duration::from_millis(self.fetch_timeout_ms.max(100)),
         }
     }
 }
@@ -419,6 +280,11 @@ impl Config {
         config.apply_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
         config.validate()?;
         Ok(config)
+    }
+
+    /// The providers `[provider]` and `[providers]` describe.
+    pub fn build_providers(&self) -> Result<weft_providers::Providers, weft_providers::ProviderSetupError> {
+        weft_providers::Providers::from_config(&self.provider, &self.providers)
     }
 
     /// SQLite durability (validated at load).
@@ -567,23 +433,10 @@ impl Config {
         }
     }
 
-    /// The provider to use when a message names none: configured, else from the environment
-    /// (a script, then OpenAI, then Anthropic), else the built-in demo.
+    /// The provider to use when a message names none (see
+    /// [`weft_providers::ProvidersConfig::default_provider`]).
     pub fn default_provider(&self) -> String {
-        if let Some(p) = &self.provider.default {
-            return p.clone();
-        }
-        if self.providers.scripted.script.is_some() {
-            "scripted".to_owned()
-        } else if self.providers.openai.api_key.is_some()
-            || self.providers.openai.base_url.is_some()
-        {
-            "openai".to_owned()
-        } else if self.providers.anthropic.api_key.is_some() {
-            "anthropic".to_owned()
-        } else {
-            "demo".to_owned()
-        }
+        self.providers.default_provider(&self.provider)
     }
 }
 

@@ -9,13 +9,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use weft_core::{ExecutionMode, HostedTurn, Toolbelt, TurnEnd, TurnOutcome, TurnSpec};
-use weft_protocol::{AgentConfig, ChatMessageData, ContentPart, ErrorCode, PermissionMode};
+use weft_protocol::{
+    AgentConfig, ContentPart, ErrorCode, MediaGeneration, MessageContent, PermissionMode,
+};
 use weft_providers::media::Generated;
 use weft_tools::web::AssetSink;
 
-use crate::commands::{Connection, Refusal};
-use crate::runner::{start_turn_with, CustomMode};
-use crate::state::AppState;
+use super::start::ModeChoice;
+use crate::error::Refusal;
+use crate::runtime::Runtime;
 
 /// What to generate.
 #[derive(Clone)]
@@ -39,13 +41,13 @@ fn field(rest: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
 }
 
 /// The request a `media_generation` asks for, or why it cannot be served.
-fn request(state: &AppState, data: &ChatMessageData) -> Result<Request, Refusal> {
-    let media = data.media_generation.as_ref().ok_or((
-        ErrorCode::InvalidField,
-        "media_generation is required".to_owned(),
-    ))?;
-    let invalid = |message: &str| (ErrorCode::InvalidField, message.to_owned());
-    let unavailable = |what: &str| (ErrorCode::UnsupportedRoute, what.to_owned());
+fn request(
+    state: &Runtime,
+    media: &MediaGeneration,
+    content: &MessageContent,
+) -> Result<Request, Refusal> {
+    let unavailable = |what: &str| Refusal::new(ErrorCode::UnsupportedRoute, what);
+    let said = || Some(content.text()).filter(|t| !t.trim().is_empty());
     match media.mode.as_str() {
         "image" => {
             if state.media.images.is_none() {
@@ -54,12 +56,12 @@ fn request(state: &AppState, data: &ChatMessageData) -> Result<Request, Refusal>
                 ));
             }
             let prompt = field(&media.rest, "prompt")
-                .or_else(|| Some(data.content.text()).filter(|t| !t.trim().is_empty()))
-                .ok_or_else(|| invalid("media_generation.prompt is empty"))?;
+                .or_else(said)
+                .ok_or_else(|| Refusal::invalid("media_generation.prompt is empty"))?;
             let size = field(&media.rest, "size");
             if let Some(size) = &size {
                 if !weft_tools::media::IMAGE_SIZES.contains(&size.as_str()) {
-                    return Err(invalid(&format!(
+                    return Err(Refusal::invalid(format!(
                         "media_generation.size must be one of {}",
                         weft_tools::media::IMAGE_SIZES.join(", ")
                     )));
@@ -74,49 +76,54 @@ fn request(state: &AppState, data: &ChatMessageData) -> Result<Request, Refusal>
                 ));
             }
             let text = field(&media.rest, "text")
-                .or_else(|| Some(data.content.text()).filter(|t| !t.trim().is_empty()))
-                .ok_or_else(|| invalid("media_generation.text is empty"))?;
+                .or_else(said)
+                .ok_or_else(|| Refusal::invalid("media_generation.text is empty"))?;
             Ok(Request::Speech {
                 text,
                 voice: field(&media.rest, "voice"),
             })
         }
-        other => Err(invalid(&format!(
+        other => Err(Refusal::invalid(format!(
             "unknown media_generation.mode `{}`: image, speech or chat",
             weft_protocol::clip(other, 32)
         ))),
     }
 }
 
-/// Route 2: check the request, then run it as a turn of its thread.
-pub async fn start(conn: &Connection, mut data: ChatMessageData) -> Result<(), Refusal> {
-    let state = conn.state.clone();
-    let wanted = request(&state, &data)?;
-    // The thread shows what was asked for when the message itself says nothing.
-    if data.content.text().trim().is_empty() {
-        let asked = match &wanted {
-            Request::Image { prompt, .. } => prompt.clone(),
-            Request::Speech { text, .. } => text.clone(),
-        };
-        data.content = weft_protocol::MessageContent::Text(asked);
+impl Runtime {
+    /// Route 2's mode: check the request, then generate it as the turn. The thread shows what
+    /// was asked for when the message itself says nothing.
+    pub(super) fn media_mode(
+        self: &Arc<Self>,
+        user: &str,
+        media: &MediaGeneration,
+        content: &mut MessageContent,
+    ) -> Result<ModeChoice, Refusal> {
+        let wanted = request(self, media, content)?;
+        if content.text().trim().is_empty() {
+            let asked = match &wanted {
+                Request::Image { prompt, .. } => prompt.clone(),
+                Request::Speech { text, .. } => text.clone(),
+            };
+            *content = MessageContent::Text(asked);
+        }
+        let (runtime, owner) = (self.clone(), user.to_owned());
+        Ok(ModeChoice::Made {
+            name: "media",
+            make: Box::new(move |_thread_id, message_id| {
+                Arc::new(MediaTurn {
+                    state: runtime,
+                    request: wanted,
+                    owner,
+                    message_id: message_id.to_owned(),
+                }) as Arc<dyn ExecutionMode>
+            }),
+        })
     }
-    let owner = conn.user.id.clone();
-    let custom = CustomMode {
-        name: "media".to_owned(),
-        make: Box::new(move |_thread_id, message_id| {
-            Arc::new(MediaTurn {
-                state,
-                request: wanted,
-                owner,
-                message_id: message_id.to_owned(),
-            }) as Arc<dyn ExecutionMode>
-        }),
-    };
-    start_turn_with(conn, data, Some(custom)).await
 }
 
 struct MediaTurn {
-    state: Arc<AppState>,
+    state: Arc<Runtime>,
     request: Request,
     owner: String,
     /// The answer's id: its file's source, so the file goes with the thread.

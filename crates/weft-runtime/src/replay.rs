@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use weft_protocol::{ServerEvent, ServerFrame};
 
-use crate::outbox::SharedFrame;
+use crate::frame::SharedFrame;
 
 /// Consecutive chunks at one place of the turn, coalesced.
 #[derive(Debug)]

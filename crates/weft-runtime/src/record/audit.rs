@@ -8,7 +8,7 @@ use weft_protocol::tree::preview;
 use weft_protocol::{ApprovalStatus, RecordEntry, ToolResultStatus};
 use weft_store::{Store, StoreError};
 
-use crate::trace::entries;
+use super::entries;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallRow {

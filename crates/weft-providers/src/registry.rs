@@ -1,13 +1,13 @@
-//! The providers this server can use, built from config: the scripted test double, the
-//! built-in demo script, and (when configured) remote model APIs.
+//! `Providers`: the providers a server can use, built from config — the scripted test
+//! double, the built-in demo script, and (when configured) remote model APIs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weft_core::Provider;
-use weft_providers::{AnthropicProvider, OpenAiProvider, ScriptedProvider};
 
-use crate::config::Config;
+use crate::config::{ProviderConfig, ProvidersConfig};
+use crate::{AnthropicProvider, OpenAiProvider, ScriptedProvider};
 
 /// The demo script shown when no model is configured.
 pub const DEMO_SCRIPT: &str = include_str!("../../../config/demo-script.json");
@@ -21,25 +21,28 @@ pub struct Providers {
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderSetupError {
     #[error("cannot load the scripted provider's script: {0}")]
-    Script(#[from] weft_providers::ScriptError),
+    Script(#[from] crate::ScriptError),
     #[error("cannot set up a provider: {0}")]
     Provider(#[from] weft_core::ProviderError),
 }
 
 impl Providers {
-    pub fn from_config(config: &Config) -> Result<Providers, ProviderSetupError> {
+    pub fn from_config(
+        provider: &ProviderConfig,
+        providers: &ProvidersConfig,
+    ) -> Result<Providers, ProviderSetupError> {
         let mut by_name: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         by_name.insert(
             "demo".to_owned(),
             Arc::new(ScriptedProvider::from_json(DEMO_SCRIPT)?),
         );
-        if let Some(path) = &config.providers.scripted.script {
+        if let Some(path) = &providers.scripted.script {
             by_name.insert(
                 "scripted".to_owned(),
                 Arc::new(ScriptedProvider::from_file(path)?),
             );
         }
-        let openai = &config.providers.openai;
+        let openai = &providers.openai;
         if openai.api_key.is_some() || openai.base_url.is_some() {
             let provider = OpenAiProvider::new(
                 openai.base_url.as_deref(),
@@ -48,7 +51,7 @@ impl Providers {
             )?;
             by_name.insert("openai".to_owned(), Arc::new(provider));
         }
-        let anthropic = &config.providers.anthropic;
+        let anthropic = &providers.anthropic;
         if anthropic.api_key.is_some() || anthropic.base_url.is_some() {
             let provider = AnthropicProvider::new(
                 anthropic.base_url.as_deref(),
@@ -59,8 +62,8 @@ impl Providers {
         }
         Ok(Providers {
             by_name,
-            default: config.default_provider(),
-            model: config.provider.model.clone(),
+            default: providers.default_provider(provider),
+            model: provider.model.clone(),
         })
     }
 

@@ -10,9 +10,10 @@ use std::collections::HashSet;
 
 use serde_json::json;
 use weft_protocol::{RecordEntry, INTERRUPTED_RESULT};
-use weft_store::{now_ms, ItemRow, Store, StoreError, WriteOp};
+use weft_store::{ItemRow, Store, StoreError, WriteOp};
 
-use crate::trace::{entries, root_text, tree_from_items};
+use crate::record::views::{root_text, tree_from_items};
+use crate::record::{entries, results_row, ItemPlace};
 
 /// Close every interrupted turn; returns how many there were.
 pub async fn close_interrupted_turns(store: &Store) -> Result<usize, StoreError> {
@@ -77,16 +78,14 @@ fn unanswered_calls(items: &[ItemRow]) -> Vec<ItemRow> {
         if results.is_empty() {
             continue;
         }
-        out.push(ItemRow {
-            thread_id: item.thread_id.clone(),
-            message_id: item.message_id.clone(),
+        let place = ItemPlace {
+            thread_id: &item.thread_id,
+            message_id: &item.message_id,
             position,
-            kind: "tool_results".to_owned(),
-            parent_id: item.parent_id.clone(),
-            depth: item.depth,
-            body: serde_json::to_string(&results).unwrap_or_default(),
-            created_at: now_ms(),
-        });
+            parent_id: item.parent_id.as_deref(),
+            depth: u32::try_from(item.depth).unwrap_or(0),
+        };
+        out.push(results_row(place, &results));
         position += 1;
     }
     out

@@ -5,18 +5,20 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use weft_protocol::ErrorCode;
+use weft_runtime::knowledge::{Body, Format};
+use weft_runtime::persist::rfc3339;
 use weft_store::{CollectionRow, DocumentRow};
 
-use crate::knowledge::{Body, Format};
-use crate::persist::rfc3339;
-use crate::rest::{internal, problem, user, KeyQuery, Rest};
-use crate::state::AppState;
+use super::{ApiError, Rest};
+use crate::auth::AuthUser;
+use crate::state::ServerState;
 
 /// Longest collection name.
 const MAX_NAME: usize = 64;
@@ -59,16 +61,12 @@ fn document_json(d: &DocumentRow) -> Value {
     })
 }
 
-fn invalid(message: &str) -> Response {
-    problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", message)
+fn invalid(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::InvalidField, message)
 }
 
-fn not_found() -> Response {
-    problem(
-        StatusCode::NOT_FOUND,
-        "collection_not_found",
-        "no such collection of yours",
-    )
+fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::CollectionNotFound, "no such collection of yours")
 }
 
 /// Names are 1–64 letters, digits, `-`, `_`, `.`, not starting with `_` (reserved).
@@ -83,44 +81,42 @@ fn valid_name(name: &str) -> bool {
 
 /// `POST /collections`.
 pub async fn create(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(q): Query<KeyQuery>,
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
     Json(body): Json<NewCollection>,
 ) -> Rest<Response> {
-    let user = user(&state, &headers, &q).await?;
     if !valid_name(&body.name) {
-        return Ok(invalid(
+        return Err(invalid(
             "name: 1 to 64 letters, digits, '-', '_' or '.', not starting with '_'",
         ));
     }
     let created = state
+        .runtime
         .store
         .create_collection(&user.id, &body.name, &body.description, body.shared)
         .await
-        .map_err(internal)?;
+        .map_err(ApiError::internal)?;
     Ok(match created {
         Some(row) => (StatusCode::CREATED, Json(collection_json(&row))).into_response(),
-        None => problem(
-            StatusCode::CONFLICT,
-            "collection_exists",
+        None => ApiError::new(
+            ErrorCode::CollectionExists,
             "you already have a collection of that name",
-        ),
+        )
+        .into_response(),
     })
 }
 
 /// `GET /collections`: the caller's, then shared ones.
 pub async fn list(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(q): Query<KeyQuery>,
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
 ) -> Rest<Response> {
-    let user = user(&state, &headers, &q).await?;
     let rows = state
+        .runtime
         .store
         .visible_collections(&user.id)
         .await
-        .map_err(internal)?;
+        .map_err(ApiError::internal)?;
     let list: Vec<Value> = rows
         .iter()
         .filter(|c| !c.name.starts_with('_'))
@@ -129,104 +125,99 @@ pub async fn list(
     Ok(Json(list).into_response())
 }
 
-async fn own(state: &AppState, owner: &str, name: &str) -> Rest<CollectionRow> {
+async fn own(state: &ServerState, owner: &str, name: &str) -> Rest<CollectionRow> {
     if !valid_name(name) {
         return Err(not_found());
     }
     state
+        .runtime
         .store
         .own_collection(owner, name)
         .await
-        .map_err(internal)?
+        .map_err(ApiError::internal)?
         .filter(|c| !c.name.starts_with('_'))
         .ok_or_else(not_found)
 }
 
 /// `DELETE /collections/{name}`.
 pub async fn delete(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<ServerState>>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    Query(q): Query<KeyQuery>,
+    user: AuthUser,
 ) -> Rest<Response> {
-    let user = user(&state, &headers, &q).await?;
     own(&state, &user.id, &name).await?;
     state
+        .runtime
         .store
         .delete_collection(&user.id, &name)
         .await
-        .map_err(internal)?;
+        .map_err(ApiError::internal)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `POST /collections/{name}/documents`: `text` (with `format`) or `url`.
 pub async fn add_document(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<ServerState>>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    Query(q): Query<KeyQuery>,
+    user: AuthUser,
     Json(body): Json<NewDocumentBody>,
 ) -> Rest<Response> {
-    let user = user(&state, &headers, &q).await?;
     let collection = own(&state, &user.id, &name).await?;
     let doc_body = match (body.text, body.url) {
         (Some(text), None) if text.len() > MAX_TEXT => {
-            return Ok(invalid("text: at most 5 MiB"));
+            return Err(invalid("text: at most 5 MiB"));
         }
         (Some(text), None) if !text.trim().is_empty() => Body::Text {
             text,
             format: body.format,
         },
         (None, Some(url)) => Body::Url(url),
-        _ => return Ok(invalid("give exactly one of `text` (not empty) and `url`")),
+        _ => return Err(invalid("give exactly one of `text` (not empty) and `url`")),
     };
     let title = match (&doc_body, body.title.trim()) {
         (_, t) if !t.is_empty() => t.to_owned(),
         (Body::Url(url), _) => url.clone(),
-        _ => return Ok(invalid("title is required")),
+        _ => return Err(invalid("title is required")),
     };
     let metadata = match body.metadata {
         None => "{}".to_owned(),
         Some(Value::Object(m)) => Value::Object(m).to_string(),
-        Some(_) => return Ok(invalid("metadata must be an object")),
+        Some(_) => return Err(invalid("metadata must be an object")),
     };
     match state
+        .runtime
         .knowledge
         .ingest(&collection, &title, doc_body, &metadata)
         .await
     {
         Ok(row) => Ok((StatusCode::CREATED, Json(document_json(&row))).into_response()),
-        Err(message) => Ok(problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "document_rejected",
-            &message,
-        )),
+        Err(message) => Err(ApiError::new(ErrorCode::DocumentRejected, message)),
     }
 }
 
 /// `GET /collections/{name}/documents` (the caller's collection, or a shared one).
 pub async fn documents(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<ServerState>>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    Query(q): Query<KeyQuery>,
+    user: AuthUser,
 ) -> Rest<Response> {
-    let user = user(&state, &headers, &q).await?;
     if !valid_name(&name) {
         return Err(not_found());
     }
     let collection = state
+        .runtime
         .store
         .visible_collection(&user.id, &name)
         .await
-        .map_err(internal)?
+        .map_err(ApiError::internal)?
         .filter(|c| !c.name.starts_with('_'))
         .ok_or_else(not_found)?;
     let rows = state
+        .runtime
         .store
         .documents(&collection.id)
         .await
-        .map_err(internal)?;
+        .map_err(ApiError::internal)?;
     let list: Vec<Value> = rows.iter().map(document_json).collect();
     Ok(Json(list).into_response())
 }

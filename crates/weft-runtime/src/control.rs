@@ -1,0 +1,305 @@
+//! What callers do to threads and turns besides starting one: stop a turn, change a
+//! thread's permission mode, resume (replay then follow), answer an approval or a client-run
+//! call, leave (a turn nobody watches stops after a grace period), delete a thread; and at
+//! the server's level, the janitor's sweep and waiting for turns at shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_protocol::{echo, ApprovalDecision, ErrorCode, PermissionMode, ServerEvent};
+use weft_store::WriteOp;
+
+use crate::error::Refusal;
+use crate::frame::{FrameSink, SubscriberId};
+use crate::persist::to_wire;
+use crate::record::views::{root_text, tree_from_items};
+use crate::runtime::Runtime;
+use crate::threads::ThreadRuntime;
+
+/// How long deleting a thread waits for its running turn to stop and persist.
+const DELETE_WAIT: Duration = Duration::from_secs(10);
+
+impl Runtime {
+    /// The live runtime of a thread `user` owns. A thread in memory is authoritative (its
+    /// creation may not be committed yet); otherwise it is read from the store.
+    pub async fn owned_thread(
+        &self,
+        user: &str,
+        thread_id: &str,
+    ) -> Result<Arc<ThreadRuntime>, Refusal> {
+        if let Some(thread) = self.hub.get(thread_id) {
+            return if thread.owner == user {
+                Ok(thread)
+            } else {
+                Err(Refusal::forbidden_thread())
+            };
+        }
+        if !weft_protocol::is_identifier(thread_id) {
+            return Err(no_thread(thread_id));
+        }
+        match self
+            .store
+            .thread(thread_id)
+            .await
+            .map_err(Refusal::internal)?
+        {
+            None => Err(no_thread(thread_id)),
+            Some(row) if row.owner != user => Err(Refusal::forbidden_thread()),
+            Some(row) => {
+                let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
+                Ok(self.hub.get_or_insert(&row.id, &row.owner, mode))
+            }
+        }
+    }
+
+    /// Whether `user` may read thread `thread_id` (a live one is authoritative), without
+    /// making it live.
+    pub async fn check_owner(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
+        if let Some(thread) = self.hub.get(thread_id) {
+            return if thread.owner == user {
+                Ok(())
+            } else {
+                Err(Refusal::forbidden_thread())
+            };
+        }
+        if !weft_protocol::is_identifier(thread_id) {
+            return Err(no_thread(thread_id));
+        }
+        match self
+            .store
+            .thread(thread_id)
+            .await
+            .map_err(Refusal::internal)?
+        {
+            None => Err(no_thread(thread_id)),
+            Some(row) if row.owner != user => Err(Refusal::forbidden_thread()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Stop the thread's running turn (nothing when none runs).
+    pub async fn stop(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
+        self.owned_thread(user, thread_id).await?.stop();
+        Ok(())
+    }
+
+    /// Change the thread's permission mode now (a running turn's next call sees it).
+    pub async fn set_permission_mode(
+        &self,
+        user: &str,
+        thread_id: &str,
+        mode: PermissionMode,
+    ) -> Result<(), Refusal> {
+        let thread = self.owned_thread(user, thread_id).await?;
+        thread.gate.set_mode(mode);
+        // Queued behind the thread's own creation, which may still be in flight.
+        self.store
+            .write(WriteOp::SetThreadMode {
+                id: thread.id.to_string(),
+                mode: mode.as_str().to_owned(),
+            })
+            .await
+            .map_err(Refusal::internal)
+    }
+
+    /// Answer a pending approval of one of `user`'s threads.
+    pub fn answer_approval(
+        &self,
+        user: &str,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<(), Refusal> {
+        let not_pending =
+            || Refusal::invalid(format!("no approval `{}` is pending", echo(tool_call_id)));
+        let thread_id = self
+            .hub
+            .approval_thread(tool_call_id)
+            .ok_or_else(not_pending)?;
+        let thread = self.hub.get(&thread_id).ok_or_else(not_pending)?;
+        if thread.owner != user {
+            return Err(Refusal::new(
+                ErrorCode::Forbidden,
+                "that approval belongs to another user's thread",
+            ));
+        }
+        if thread.gate.respond(tool_call_id, decision) {
+            Ok(())
+        } else {
+            Err(not_pending())
+        }
+    }
+
+    /// A client's answer to one of its client-run (`ui_*`) calls.
+    pub fn answer_client_call(
+        &self,
+        user: &str,
+        tool_call_id: &str,
+        answer: Result<serde_json::Value, String>,
+    ) -> Result<(), Refusal> {
+        if self.client_calls.answer(user, tool_call_id, answer) {
+            Ok(())
+        } else {
+            Err(Refusal::invalid(format!(
+                "no client-run tool call `{}` is pending",
+                echo(tool_call_id)
+            )))
+        }
+    }
+
+    /// Replay what `sink` missed of a turn in memory (after the stored snapshot when it
+    /// missed more than is kept), then follow it live. With no turn in memory, or a turn that
+    /// ended after the client missed more of it than is kept, answer from the store: the
+    /// thread's last assistant message (the whole answer) and `chunk {done: true}`.
+    pub async fn resume(
+        &self,
+        user: &str,
+        thread_id: &str,
+        last_seq: u64,
+        sink: Arc<dyn FrameSink>,
+    ) -> Result<(), Refusal> {
+        let thread = self.owned_thread(user, thread_id).await?;
+        let (missed, active) = thread.missed(last_seq);
+        if active || (!missed.frames.is_empty() && !missed.needs_snapshot) {
+            let snapshot = match thread.active_message().filter(|_| missed.needs_snapshot) {
+                Some(message_id) => self.snapshot(&thread.id, &message_id).await?,
+                None => None,
+            };
+            thread.resume(sink, last_seq, snapshot);
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        if let Some(message) = self
+            .store
+            .last_assistant_message(&thread.id)
+            .await
+            .map_err(Refusal::internal)?
+        {
+            events.push(ServerEvent::Message {
+                message: to_wire(&message),
+            });
+        }
+        events.push(ServerEvent::Chunk {
+            content: String::new(),
+            done: true,
+            parent_id: None,
+            depth: 0,
+        });
+        thread.send_to(sink.as_ref(), last_seq, events);
+        thread.subscribe(sink);
+        Ok(())
+    }
+
+    /// A running turn as stored so far: its text and its tree rebuilt from the record.
+    async fn snapshot(
+        &self,
+        thread_id: &str,
+        message_id: &str,
+    ) -> Result<Option<ServerEvent>, Refusal> {
+        let store = &self.store;
+        let Some(mut message) = store
+            .message(thread_id, message_id)
+            .await
+            .map_err(Refusal::internal)?
+        else {
+            return Ok(None);
+        };
+        let items = store
+            .turn_items(thread_id, message_id)
+            .await
+            .map_err(Refusal::internal)?;
+        message.content = serde_json::json!(root_text(&items));
+        message.execution_tree = Some(Arc::new(tree_from_items(&items)));
+        Ok(Some(ServerEvent::Message {
+            message: to_wire(&message),
+        }))
+    }
+
+    /// A subscriber left. Turns it leaves with nobody watching keep running for the grace
+    /// period (0: stop now), then stop unless someone resumed them.
+    pub fn detach(&self, subscriber: SubscriberId) {
+        let grace = self.config.server.detach_grace_ms;
+        for (thread, generation) in self.hub.detach(subscriber) {
+            if grace == 0 {
+                thread.stop_if_still_detached(generation);
+                continue;
+            }
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(grace)).await;
+                if thread.stop_if_still_detached(generation) {
+                    tracing::info!(thread = %thread.id, "stopped a turn nobody resumed");
+                }
+            });
+        }
+    }
+
+    /// Delete one of `user`'s threads with its files. A running turn is stopped first and
+    /// waited for: its last writes must land before the delete, or they would bring the
+    /// thread back.
+    pub async fn delete_thread(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
+        self.check_owner(user, thread_id).await?;
+        if let Some(thread) = self.hub.remove(thread_id) {
+            thread.stop();
+            if tokio::time::timeout(DELETE_WAIT, thread.idle()).await.is_err() {
+                tracing::warn!(thread = %thread_id, "a stopped turn did not end in time; deleting anyway");
+            }
+        }
+        // Its files first: they are found through the thread's record.
+        self.assets
+            .delete_for_thread(user, thread_id)
+            .await
+            .map_err(Refusal::internal)?;
+        self.store
+            .delete_thread(thread_id)
+            .await
+            .map(|_| ())
+            .map_err(Refusal::internal)
+    }
+
+    /// Forget replay buffers of long-finished turns and idle thread runtimes, and stale
+    /// per-user limits; until shutdown.
+    pub async fn janitor(self: Arc<Self>) {
+        let retention = Duration::from_millis(self.config.server.replay_retention_ms);
+        let every = retention.clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    self.limits.sweep();
+                    let dropped = self.hub.sweep(retention);
+                    if dropped > 0 {
+                        tracing::debug!(dropped, "forgot idle threads");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wait for running turns; past `server.shutdown_timeout_ms`, stop them (they still
+    /// persist partial work) and wait for that.
+    pub async fn drain_turns(&self) {
+        self.turns.close();
+        let timeout = Duration::from_millis(self.config.server.shutdown_timeout_ms);
+        if tokio::time::timeout(timeout, self.turns.wait())
+            .await
+            .is_err()
+        {
+            let running = self.hub.active();
+            tracing::warn!(
+                count = running.len(),
+                "stopping turns still running at shutdown"
+            );
+            for thread in running {
+                thread.stop();
+            }
+            self.turns.wait().await;
+        }
+    }
+}
+
+fn no_thread(thread_id: &str) -> Refusal {
+    Refusal::new(
+        ErrorCode::ThreadNotFound,
+        format!("no thread `{}`", echo(thread_id)),
+    )
+}

@@ -1,0 +1,227 @@
+//! Frames on their way out. [`SharedFrame`]: a frame encoded once (JSON; MessagePack on
+//! demand) however many watch it and however long replay keeps it. [`FrameSink`]: whoever
+//! watches a thread — a socket's queue, a channel for the prompt API, a bus publisher; a turn
+//! never knows which. [`ChannelSink`]: frames over a channel, typed as well as encoded,
+//! bounded in bytes not yet taken.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use weft_protocol::{ServerEvent, ServerFrame};
+
+/// Who watches: one per socket, per prompt-API request, per bus subscription.
+pub type SubscriberId = u64;
+
+/// A frame encoded for the wire, shared by every subscriber and the replay buffer.
+#[derive(Debug)]
+pub struct SharedFrame {
+    pub seq: Option<u64>,
+    json: Bytes,
+    msgpack: OnceLock<Bytes>,
+}
+
+impl SharedFrame {
+    pub fn encode(frame: &ServerFrame) -> Arc<SharedFrame> {
+        let json = serde_json::to_string(frame).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot encode a frame");
+            String::from("{}")
+        });
+        Arc::new(SharedFrame {
+            seq: frame.seq,
+            // Kept for the whole turn (replay): `Bytes::from` drops spare capacity.
+            json: Bytes::from(json.into_boxed_str().into_boxed_bytes()),
+            msgpack: OnceLock::new(),
+        })
+    }
+
+    /// Bytes this frame holds (its JSON form).
+    pub fn len(&self) -> usize {
+        self.json.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
+
+    /// The JSON form (always valid UTF-8: it was encoded from a `String`).
+    pub fn json(&self) -> &str {
+        std::str::from_utf8(&self.json).unwrap_or("{}")
+    }
+
+    /// The JSON form as shared bytes.
+    pub fn json_bytes(&self) -> Bytes {
+        self.json.clone()
+    }
+
+    /// The MessagePack form (same shape, named fields), made once.
+    pub fn msgpack(&self) -> Bytes {
+        self.msgpack
+            .get_or_init(|| {
+                let value: Value = serde_json::from_slice(&self.json).unwrap_or(Value::Null);
+                Bytes::from(rmp_serde::to_vec_named(&value).unwrap_or_default())
+            })
+            .clone()
+    }
+}
+
+/// One frame for a subscriber: encoded, and typed when it is published now (replayed frames
+/// are only encoded).
+#[derive(Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub frame: &'a Arc<SharedFrame>,
+    pub event: Option<&'a ServerEvent>,
+}
+
+/// Whoever watches a thread.
+pub trait FrameSink: Send + Sync {
+    fn id(&self) -> SubscriberId;
+    /// Take one frame; false when this watcher is gone or cannot keep up (it is then
+    /// forgotten).
+    fn send(&self, out: Outgoing<'_>) -> bool;
+}
+
+/// A frame as a [`ChannelSink`] delivers it.
+pub struct Delivered {
+    pub frame: Arc<SharedFrame>,
+    /// The event, when it was published live.
+    pub event: Option<ServerEvent>,
+}
+
+/// Frames over a channel, for callers in this process (the prompt API). The channel ends
+/// when the sink is forgotten by every thread it watches, or when more than its bound waits
+/// untaken.
+pub struct ChannelSink {
+    id: SubscriberId,
+    tx: mpsc::UnboundedSender<Delivered>,
+    state: Arc<ChannelState>,
+}
+
+struct ChannelState {
+    queued: AtomicUsize,
+    limit: usize,
+    overflowed: AtomicBool,
+}
+
+/// The receiving end of a [`ChannelSink`].
+pub struct ChannelFrames {
+    rx: mpsc::UnboundedReceiver<Delivered>,
+    state: Arc<ChannelState>,
+}
+
+impl ChannelSink {
+    /// A sink that lets at most `limit` bytes wait untaken.
+    pub fn new(id: SubscriberId, limit: usize) -> (Arc<ChannelSink>, ChannelFrames) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = Arc::new(ChannelState {
+            queued: AtomicUsize::new(0),
+            limit,
+            overflowed: AtomicBool::new(false),
+        });
+        let sink = Arc::new(ChannelSink {
+            id,
+            tx,
+            state: state.clone(),
+        });
+        (sink, ChannelFrames { rx, state })
+    }
+}
+
+impl FrameSink for ChannelSink {
+    fn id(&self) -> SubscriberId {
+        self.id
+    }
+
+    fn send(&self, out: Outgoing<'_>) -> bool {
+        if self.state.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let bytes = out.frame.len();
+        if self.state.queued.fetch_add(bytes, Ordering::Relaxed) + bytes > self.state.limit {
+            self.state.overflowed.store(true, Ordering::Relaxed);
+            return false;
+        }
+        self.tx
+            .send(Delivered {
+                frame: out.frame.clone(),
+                event: out.event.cloned(),
+            })
+            .is_ok()
+    }
+}
+
+impl ChannelFrames {
+    /// The next frame; `None` once the sink is gone (forgotten, or it overflowed).
+    pub async fn recv(&mut self) -> Option<Delivered> {
+        if self.state.overflowed.load(Ordering::Relaxed) && self.rx.is_empty() {
+            return None;
+        }
+        let delivered = self.rx.recv().await?;
+        self.state
+            .queued
+            .fetch_sub(delivered.frame.len(), Ordering::Relaxed);
+        Some(delivered)
+    }
+}
+
+/// Subscriber ids, unique in this process.
+#[derive(Debug, Default)]
+pub struct SubscriberIds(AtomicU64);
+
+impl SubscriberIds {
+    pub fn next(&self) -> SubscriberId {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(text: &str) -> Arc<SharedFrame> {
+        SharedFrame::encode(&ServerFrame::bare(ServerEvent::error(
+            weft_protocol::ErrorCode::Internal,
+            text,
+            None,
+        )))
+    }
+
+    #[test]
+    fn a_frame_is_encoded_once_in_each_format() {
+        let f = frame("hello");
+        let (a, b) = (f.msgpack(), f.msgpack());
+        assert_eq!(a.as_ptr(), b.as_ptr(), "the MessagePack form is shared");
+        let back: Value = rmp_serde::from_slice(&a).unwrap_or_default();
+        assert_eq!(back["message"], "hello");
+        assert!(f.json().contains("\"hello\""));
+    }
+
+    #[tokio::test]
+    async fn a_channel_sink_ends_when_forgotten_or_past_its_bound() {
+        let (sink, mut frames) = ChannelSink::new(1, 1_000);
+        let event = ServerEvent::Pong;
+        let f = frame("a");
+        assert!(sink.send(Outgoing {
+            frame: &f,
+            event: Some(&event)
+        }));
+        let got = frames.recv().await.map(|d| d.event);
+        assert!(matches!(got, Some(Some(ServerEvent::Pong))));
+        drop(sink);
+        assert!(frames.recv().await.is_none(), "forgotten: the channel ends");
+
+        let (sink, mut frames) = ChannelSink::new(2, 100);
+        let big = frame(&"x".repeat(200));
+        assert!(!sink.send(Outgoing {
+            frame: &big,
+            event: None
+        }));
+        assert!(!sink.send(Outgoing {
+            frame: &f,
+            event: None
+        }));
+        assert!(frames.recv().await.is_none(), "overflowed: the channel ends");
+    }
+}

@@ -1,0 +1,105 @@
+//! The conversation record, owned here. A turn's record is a series of stored items at every
+//! depth: a response (`assistant`: its text and tool calls), a round's results
+//! (`tool_results`), a compaction's `summary`. This module says what an item is
+//! ([`ItemKind`]), builds one ([`entry_row`], [`results_row`]) and reads one back
+//! ([`entries`], the only parser); the writer side is [`TurnLog`], and the readings are the
+//! provider history ([`history`]), the views people read ([`views`]) and the audit log
+//! ([`audit`]).
+
+pub mod audit;
+pub mod history;
+mod log;
+pub mod prompt_view;
+pub mod views;
+
+pub use log::{TurnLog, FLUSH_EVERY};
+
+use weft_protocol::RecordEntry;
+use weft_store::{now_ms, ItemRow};
+
+/// What one stored item holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// One response: an `Assistant` entry.
+    Assistant,
+    /// One round's results: an array of `ToolResult` entries, in the order of the calls.
+    ToolResults,
+    /// A compaction: a `Summary` entry.
+    Summary,
+}
+
+impl ItemKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Assistant => "assistant",
+            ItemKind::ToolResults => "tool_results",
+            ItemKind::Summary => "summary",
+        }
+    }
+
+    pub fn of(item: &ItemRow) -> Option<ItemKind> {
+        match item.kind.as_str() {
+            "assistant" => Some(ItemKind::Assistant),
+            "tool_results" => Some(ItemKind::ToolResults),
+            "summary" => Some(ItemKind::Summary),
+            _ => None,
+        }
+    }
+}
+
+/// Where an item goes: its turn, its position in the turn, its level.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemPlace<'a> {
+    pub thread_id: &'a str,
+    pub message_id: &'a str,
+    pub position: i64,
+    pub parent_id: Option<&'a str>,
+    pub depth: u32,
+}
+
+impl ItemPlace<'_> {
+    fn row(&self, kind: ItemKind, body: String) -> ItemRow {
+        ItemRow {
+            thread_id: self.thread_id.to_owned(),
+            message_id: self.message_id.to_owned(),
+            position: self.position,
+            kind: kind.as_str().to_owned(),
+            parent_id: self.parent_id.map(str::to_owned),
+            depth: i64::from(self.depth),
+            body,
+            created_at: now_ms(),
+        }
+    }
+}
+
+/// An item holding one entry (a response or a summary).
+pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
+    let kind = match entry {
+        RecordEntry::Summary { .. } => ItemKind::Summary,
+        _ => ItemKind::Assistant,
+    };
+    place.row(
+        kind,
+        serde_json::to_string(entry).unwrap_or_else(|_| "{}".to_owned()),
+    )
+}
+
+/// An item holding one round's results.
+pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
+    place.row(
+        ItemKind::ToolResults,
+        serde_json::to_string(results).unwrap_or_else(|_| "[]".to_owned()),
+    )
+}
+
+/// The entries one stored item holds (none, with a warning, for an item that cannot be read).
+pub fn entries(item: &ItemRow) -> Vec<RecordEntry> {
+    let parsed = match ItemKind::of(item) {
+        Some(ItemKind::ToolResults) => serde_json::from_str::<Vec<RecordEntry>>(&item.body),
+        _ => serde_json::from_str::<RecordEntry>(&item.body).map(|e| vec![e]),
+    };
+    parsed.unwrap_or_else(|e| {
+        tracing::warn!(item = %item.id(), error = %e, "unreadable record item");
+        Vec::new()
+    })
+}

@@ -1,0 +1,348 @@
+//! A started turn on its own task: `turn_started`, then the history read from the record, the
+//! turn's start held for its first write, the mode run (its events published as they come,
+//! its record written round by round, streaming text flushed every second), and one awaited
+//! write of its end before `message` and `chunk {done: true}`.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use weft_core::{
+    AgentMemory, ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd,
+    TurnOutcome, TurnSpec,
+};
+use weft_protocol::{ErrorCode, PermissionMode, ServerEvent, ToolCallStatus};
+use weft_store::{new_id, now_ms, NewMessage, StoreError, ThreadRow, WriteOp};
+
+use super::request::TurnRequest;
+use super::resolve::Setup;
+use super::start::Claim;
+use crate::limits::TurnSlot;
+use crate::metrics::{DirectionLabel, EndLabel};
+use crate::persist::{end_status, finish_turn, running_message, TurnRecord};
+use crate::record::history::provider_history;
+use crate::record::{TurnLog, FLUSH_EVERY};
+use crate::runtime::Runtime;
+use crate::threads::ThreadRuntime;
+
+/// Everything a turn's task starts from.
+pub(super) struct Launch {
+    pub user: String,
+    pub request: TurnRequest,
+    pub setup: Setup,
+    pub claim: Claim,
+    pub mode: Arc<dyn ExecutionMode>,
+    pub mode_name: String,
+    pub permission_mode: PermissionMode,
+    /// A permission mode the message set on an existing thread, to persist with the turn.
+    pub mode_change: Option<PermissionMode>,
+    /// An agent the message named for an existing thread, to persist with the turn.
+    pub agent_change: Option<String>,
+    pub toolbelt: Toolbelt,
+    pub system_prompt: String,
+    pub slot: TurnSlot,
+}
+
+struct TurnTask {
+    runtime: Arc<Runtime>,
+    thread: Arc<ThreadRuntime>,
+    user_id: String,
+    message_id: String,
+    permission_mode: PermissionMode,
+    provider_name: String,
+    log: Arc<TurnLog>,
+    mode_change: Option<PermissionMode>,
+    agent_change: Option<String>,
+    agent_name: String,
+    mode_name: String,
+    /// The turn's place in its user's count of running turns.
+    _slot: TurnSlot,
+}
+
+impl Runtime {
+    /// Announce the turn and run it on its own task.
+    pub(super) fn launch(self: &Arc<Self>, launch: Launch) {
+        let Launch {
+            user,
+            request,
+            setup,
+            claim,
+            mode,
+            mode_name,
+            permission_mode,
+            mode_change,
+            agent_change,
+            toolbelt,
+            system_prompt,
+            slot,
+        } = launch;
+        let thread = claim.runtime;
+        thread.publish(ServerEvent::TurnStarted {
+            message_id: claim.message_id.clone(),
+            permission_mode,
+            mode: mode_name.clone(),
+        });
+        let log = TurnLog::new(
+            self.store.clone(),
+            &thread.id,
+            &claim.message_id,
+            claim.cancel.clone(),
+        );
+        thread.set_log(log.clone());
+        let events = {
+            let (runtime, thread) = (self.clone(), thread.clone());
+            EventSink::callback(Box::new(move |event| forward(&runtime, &thread, event)))
+        };
+        let spec = TurnSpec {
+            provider: setup.provider,
+            model: setup.model,
+            system_prompt,
+            history: Vec::new(),
+            toolbelt,
+            config: setup.agent.clone(),
+            gate: thread.gate.clone(),
+            rate_card: self.rate_card.clone(),
+            events,
+            cancel: claim.cancel,
+            memory: AgentMemory::new(),
+            user_id: Arc::from(user.as_str()),
+            workspace_root: self.workspace_of(&user),
+            recorder: log.clone(),
+            planner: setup.planner,
+            context_window: setup.context_window,
+            artifacts: Some(self.assets.clone()),
+        };
+        let user_message = NewMessage {
+            id: new_id(),
+            thread_id: thread.id.to_string(),
+            role: "user".to_owned(),
+            content: serde_json::to_value(&request.content).unwrap_or_else(|_| json!("")),
+            execution_tree: None,
+            permission_mode: Some(permission_mode.as_str().to_owned()),
+            status: "completed".to_owned(),
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: 0.0,
+            created_at: now_ms(),
+            position: 0,
+            metadata: None,
+        };
+        let task = TurnTask {
+            runtime: self.clone(),
+            thread,
+            user_id: user,
+            message_id: claim.message_id,
+            permission_mode,
+            provider_name: setup.provider_name,
+            log,
+            mode_change,
+            agent_change,
+            agent_name: setup.agent.name.clone(),
+            mode_name,
+            _slot: slot,
+        };
+        self.turns
+            .spawn(task.run(claim.new_thread, user_message, spec, mode));
+    }
+}
+
+impl TurnTask {
+    async fn run(
+        self,
+        new_thread: Option<ThreadRow>,
+        user_message: NewMessage,
+        mut spec: TurnSpec,
+        mode: Arc<dyn ExecutionMode>,
+    ) {
+        self.runtime.metrics.active_turns.inc();
+        let model = spec.model.clone();
+        let max_history_tokens = spec.config.max_history_tokens;
+        match self
+            .begin(new_thread, user_message, &model, max_history_tokens)
+            .await
+        {
+            Ok((history, record)) => {
+                spec.history = history;
+                self.drive(spec, mode, record).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, thread = %self.thread.id, "cannot start a turn");
+                self.publish_error(
+                    ErrorCode::Internal,
+                    "the conversation could not be read; see the server log".into(),
+                );
+                self.publish_done();
+            }
+        }
+        self.thread.end();
+        self.runtime.metrics.active_turns.dec();
+    }
+
+    /// Read the history (an existing thread's record, pruned to the agent's
+    /// `max_history_tokens`), then hand the thread (when new), the user message and the
+    /// running assistant message to the writer. Nothing here waits for a commit: the model
+    /// call goes ahead while it is in flight.
+    async fn begin(
+        &self,
+        new_thread: Option<ThreadRow>,
+        mut user_message: NewMessage,
+        model: &str,
+        max_history_tokens: u64,
+    ) -> Result<(Vec<ChatMessage>, TurnRecord<'_>), StoreError> {
+        let store = &self.runtime.store;
+        let mut messages = Vec::new();
+        let mut items = Vec::new();
+        if new_thread.is_none() {
+            messages = store.messages(&self.thread.id).await?;
+            items = store.root_items(&self.thread.id).await?;
+        }
+        user_message.position = messages.last().map_or(0, |m| m.position + 1);
+        let record = TurnRecord {
+            thread_id: &self.thread.id,
+            message_id: &self.message_id,
+            user_id: &self.user_id,
+            permission_mode: self.permission_mode,
+            position: user_message.position + 1,
+            started_at: now_ms(),
+            agent: &self.agent_name,
+            mode: &self.mode_name,
+        };
+        // Held, not written: they go out with the first round (or within a second).
+        if let Some(mode) = self.mode_change {
+            self.log.hold(WriteOp::SetThreadMode {
+                id: self.thread.id.to_string(),
+                mode: mode.as_str().to_owned(),
+            });
+        }
+        if let Some(agent) = &self.agent_change {
+            self.log.hold(WriteOp::SetThreadAgent {
+                id: self.thread.id.to_string(),
+                agent: Some(agent.clone()),
+            });
+        }
+        messages.push(user_message.clone());
+        self.log.hold(WriteOp::BeginTurn {
+            thread: new_thread,
+            messages: vec![user_message, running_message(&record)],
+        });
+        let history = provider_history(
+            &messages,
+            &items,
+            max_history_tokens,
+            TokenCounter::for_model(model),
+        );
+        Ok((history, record))
+    }
+
+    /// Run the mode (its events reach the clients through `forward`, on the turn's own
+    /// task), flushing streaming text at least every second.
+    async fn drive(&self, spec: TurnSpec, mode: Arc<dyn ExecutionMode>, record: TurnRecord<'_>) {
+        let run = mode.run(spec);
+        tokio::pin!(run);
+        let mut flush =
+            tokio::time::interval_at(tokio::time::Instant::now() + FLUSH_EVERY, FLUSH_EVERY);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut run => break outcome,
+                _ = flush.tick() => self.log.flush(),
+            }
+        };
+        self.finish(outcome, &record).await;
+    }
+
+    /// Persist (and wait for the commit), then tell the clients: the stored message, any
+    /// error, the final chunk. A client that saw `done` finds the whole turn on reload;
+    /// nothing is reported saved that was not.
+    async fn finish(&self, mut outcome: TurnOutcome, record: &TurnRecord<'_>) {
+        self.count(&outcome);
+        // What is held (text of a response cut short included) goes with the turn's end.
+        let (op, message) = finish_turn(record, &mut outcome);
+        let mut ops = self.log.take_held();
+        ops.push(op);
+        let saved = self.runtime.store.write(WriteOp::Many(ops)).await;
+        match self
+            .log
+            .failure()
+            .or_else(|| saved.err().map(|e| e.to_string()))
+        {
+            None => {
+                self.thread.publish(ServerEvent::Message { message });
+            }
+            Some(e) => {
+                tracing::error!(error = %e, thread = %self.thread.id, "cannot persist a turn");
+                self.publish_error(
+                    ErrorCode::Internal,
+                    "the turn could not be saved; see the server log".into(),
+                );
+            }
+        };
+        match &outcome.end {
+            TurnEnd::ProviderError(message) => self.publish_error(
+                ErrorCode::ProviderError,
+                format!("{} failed: {message}", self.provider_name),
+            ),
+            TurnEnd::ToolAborted(message) | TurnEnd::Failed(message) => {
+                self.publish_error(ErrorCode::Internal, message.clone())
+            }
+            TurnEnd::Completed | TurnEnd::BudgetExceeded(_) | TurnEnd::Cancelled => {}
+        }
+        self.publish_done();
+    }
+
+    fn count(&self, outcome: &TurnOutcome) {
+        let metrics = &self.runtime.metrics;
+        metrics.model_calls.inc_by(outcome.model_calls.len() as u64);
+        for (direction, tokens) in [
+            ("input", outcome.totals.input_tokens),
+            ("output", outcome.totals.output_tokens),
+        ] {
+            metrics
+                .tokens
+                .get_or_create(&DirectionLabel {
+                    direction: direction.into(),
+                })
+                .inc_by(tokens);
+        }
+        metrics
+            .turns
+            .get_or_create(&EndLabel {
+                end: end_status(&outcome.end).into(),
+            })
+            .inc();
+    }
+
+    fn publish_done(&self) {
+        self.thread.publish(ServerEvent::Chunk {
+            content: String::new(),
+            done: true,
+            parent_id: None,
+            depth: 0,
+        });
+    }
+
+    fn publish_error(&self, code: ErrorCode, message: String) {
+        self.runtime.metrics.error(code);
+        self.thread.publish(ServerEvent::error(code, message, None));
+    }
+}
+
+/// An event of the turn out to its subscribers. Approvals are indexed so an answer finds its
+/// thread (the record itself keeps them through the turn's recorder).
+fn forward(runtime: &Runtime, thread: &ThreadRuntime, event: ServerEvent) {
+    match &event {
+        ServerEvent::ToolApprovalRequest { tool_call_id, .. } => {
+            runtime.hub.note_approval(tool_call_id, &thread.id);
+        }
+        ServerEvent::ToolApprovalResolved { tool_call_id, .. } => {
+            runtime.hub.forget_approval(tool_call_id);
+        }
+        ServerEvent::ToolCallUpdate {
+            status: ToolCallStatus::Start,
+            ..
+        } => {
+            runtime.metrics.tool_calls.inc();
+        }
+        _ => {}
+    }
+    thread.publish(event);
+}

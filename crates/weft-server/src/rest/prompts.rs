@@ -1,0 +1,275 @@
+//! The prompt API for callers without a socket: `POST /prompt` runs a turn and answers when
+//! it is done or waits on an approval; `GET /prompts/{id}` reads it back;
+//! `GET /prompts/{id}/events` streams its frames as Server-Sent Events; `POST
+//! /prompts/{id}/approve|reject` answer its pending approval and wait again. A prompt is a
+//! turn of a thread like any other (its id is the assistant message's); its frames come over
+//! a channel, typed.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::Value;
+use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
+use weft_runtime::frame::{ChannelFrames, Delivered};
+use weft_runtime::persist::to_wire;
+use weft_runtime::record::prompt_view::prompt_json;
+use weft_runtime::{ChannelSink, Route, Runtime, TurnRequest};
+use weft_store::MessageRow;
+
+use super::{ApiError, Rest};
+use crate::auth::AuthUser;
+use crate::state::ServerState;
+
+#[derive(Debug, Deserialize)]
+pub struct PromptRequest {
+    pub input: String,
+    pub mode: Option<String>,
+    pub agent: Option<String>,
+    pub conversation_id: Option<String>,
+    pub permission_mode: Option<PermissionMode>,
+    /// `model`, or `provider:model`.
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DecisionRequest {
+    pub tool_call_id: String,
+    /// Accepted for the record of the caller; the model is told the call was denied.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl PromptRequest {
+    fn into_turn(self) -> Rest<TurnRequest> {
+        let (provider, model) = match self.model.as_deref() {
+            Some(spec) => match weft_protocol::parse_model(spec) {
+                Some((provider, model)) => (Some(provider.to_owned()), Some(model.to_owned())),
+                None => (None, Some(spec.to_owned())),
+            },
+            None => (None, None),
+        };
+        let mut request = TurnRequest::chat(MessageContent::Text(self.input));
+        request.thread_id = self.conversation_id;
+        request.route = Route::Chat { mode: self.mode };
+        request.provider = provider;
+        request.model = model;
+        request.agent = self.agent;
+        request.permission_mode = self.permission_mode;
+        let data = weft_protocol::ChatMessageData {
+            thread_id: request.thread_id.clone(),
+            agent: request.agent.clone(),
+            provider: request.provider.clone(),
+            model: request.model.clone(),
+            ..Default::default()
+        };
+        weft_protocol::check_identifiers_of(&data)
+            .map_err(|message| ApiError::new(ErrorCode::InvalidField, message))?;
+        Ok(request)
+    }
+}
+
+/// A channel to watch a turn with.
+fn channel(runtime: &Runtime) -> (Arc<ChannelSink>, ChannelFrames) {
+    ChannelSink::new(
+        runtime.next_subscriber_id(),
+        runtime.config.server.max_outbound_bytes,
+    )
+}
+
+/// Frames until the turn's end or an approval request other than `answered`.
+async fn wait(frames: &mut ChannelFrames, answered: Option<&str>) {
+    while let Some(delivered) = frames.recv().await {
+        match delivered.event {
+            Some(ServerEvent::ToolApprovalRequest { tool_call_id, .. })
+                if Some(tool_call_id.as_str()) != answered =>
+            {
+                return
+            }
+            Some(ServerEvent::Chunk { done: true, .. }) => return,
+            _ => {}
+        }
+    }
+}
+
+fn no_prompt() -> ApiError {
+    ApiError::new(ErrorCode::ThreadNotFound, "no such prompt")
+}
+
+/// `POST /prompt`.
+pub async fn create(
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
+    Json(body): Json<PromptRequest>,
+) -> Rest<Response> {
+    let request = body.into_turn()?;
+    let runtime = &state.runtime;
+    let (sink, mut frames) = channel(runtime);
+    let started = runtime.start_turn(&user.id, request, sink).await?;
+    wait(&mut frames, None).await;
+    drop(frames);
+    answer(runtime, &started.thread_id, &started.message_id).await
+}
+
+/// `GET /prompts/{id}`.
+pub async fn get(
+    State(state): State<Arc<ServerState>>,
+    Path(id): Path<String>,
+    user: AuthUser,
+) -> Rest<Response> {
+    let message = owned_prompt(&state.runtime, &user, &id).await?;
+    answer(&state.runtime, &message.thread_id, &message.id).await
+}
+
+/// `POST /prompts/{id}/approve`.
+pub async fn approve(
+    state: State<Arc<ServerState>>,
+    id: Path<String>,
+    user: AuthUser,
+    body: Json<DecisionRequest>,
+) -> Rest<Response> {
+    decide(state, id, user, body, ApprovalDecision::Allow).await
+}
+
+/// `POST /prompts/{id}/reject`.
+pub async fn reject(
+    state: State<Arc<ServerState>>,
+    id: Path<String>,
+    user: AuthUser,
+    body: Json<DecisionRequest>,
+) -> Rest<Response> {
+    decide(state, id, user, body, ApprovalDecision::Deny).await
+}
+
+async fn decide(
+    State(state): State<Arc<ServerState>>,
+    Path(id): Path<String>,
+    user: AuthUser,
+    Json(body): Json<DecisionRequest>,
+    decision: ApprovalDecision,
+) -> Rest<Response> {
+    let runtime = &state.runtime;
+    let message = owned_prompt(runtime, &user, &id).await?;
+    if let Some(reason) = body.reason.as_deref() {
+        tracing::info!(prompt = %id, reason = %weft_protocol::clip(reason, 200), "approval rejected");
+    }
+    let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
+    if thread.active_message().as_deref() != Some(id.as_str()) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidField,
+            "this prompt is not waiting for an approval",
+        ));
+    }
+    // Listen before answering, so nothing that follows is missed.
+    let (sink, mut frames) = channel(runtime);
+    thread.subscribe(sink);
+    runtime.answer_approval(&user.id, &body.tool_call_id, decision)?;
+    wait(&mut frames, Some(&body.tool_call_id)).await;
+    drop(frames);
+    answer(runtime, &message.thread_id, &message.id).await
+}
+
+/// `GET /prompts/{id}/events`: the turn's frames so far, then live, until it ends (a
+/// finished prompt: its stored message and the final chunk).
+pub async fn events(
+    State(state): State<Arc<ServerState>>,
+    Path(id): Path<String>,
+    user: AuthUser,
+) -> Rest<Response> {
+    let runtime = &state.runtime;
+    let message = owned_prompt(runtime, &user, &id).await?;
+    let (sink, frames) = channel(runtime);
+    let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
+    if thread.active_message().as_deref() == Some(id.as_str()) {
+        runtime
+            .resume(&user.id, &message.thread_id, 0, sink)
+            .await?;
+    } else {
+        let done = ServerEvent::Chunk {
+            content: String::new(),
+            done: true,
+            parent_id: None,
+            depth: 0,
+        };
+        let stored = ServerEvent::Message {
+            message: to_wire(&message),
+        };
+        thread.send_to(sink.as_ref(), 0, vec![stored, done]);
+    }
+    Ok(Sse::new(sse(frames))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Whether a frame is the turn's final chunk.
+fn is_done(delivered: &Delivered) -> bool {
+    match &delivered.event {
+        Some(event) => matches!(event, ServerEvent::Chunk { done: true, .. }),
+        // A replayed frame is only encoded.
+        None => serde_json::from_str::<Value>(delivered.frame.json())
+            .is_ok_and(|v| v["type"] == "chunk" && v["done"] == true),
+    }
+}
+
+/// The frames as SSE events, ending after the turn's final chunk.
+fn sse(frames: ChannelFrames) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures::stream::unfold(Some(frames), |frames| async move {
+        let mut frames = frames?;
+        let delivered = frames.recv().await?;
+        let last = is_done(&delivered);
+        let event = Event::default().data(delivered.frame.json());
+        Some((Ok(event), (!last).then_some(frames)))
+    })
+}
+
+/// The caller's prompt `id` (another user's reads as missing).
+async fn owned_prompt(runtime: &Runtime, user: &AuthUser, id: &str) -> Rest<MessageRow> {
+    if !weft_protocol::is_identifier(id) {
+        return Err(no_prompt());
+    }
+    let message = runtime
+        .store
+        .message_by_id(id)
+        .await
+        .map_err(ApiError::internal)?
+        .filter(|m| m.role == "assistant")
+        .ok_or_else(no_prompt)?;
+    runtime
+        .check_owner(&user.id, &message.thread_id)
+        .await
+        .map_err(|_| no_prompt())?;
+    Ok(message)
+}
+
+/// The prompt as stored once everything shown so far is committed.
+async fn answer(runtime: &Runtime, thread_id: &str, message_id: &str) -> Rest<Response> {
+    let live = runtime
+        .hub
+        .get(thread_id)
+        .filter(|r| r.active_message().as_deref() == Some(message_id));
+    if let Some(log) = live.as_ref().and_then(|r| r.active_log()) {
+        log.settled().await;
+    }
+    let waiting = live.is_some_and(|r| !r.gate.pending().is_empty());
+    let store = &runtime.store;
+    let message = store
+        .message(thread_id, message_id)
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or_else(no_prompt)?;
+    let messages = store.messages(thread_id).await.map_err(ApiError::internal)?;
+    let input = messages
+        .iter()
+        .filter(|m| m.role == "user" && m.position < message.position)
+        .max_by_key(|m| m.position);
+    let items = store
+        .turn_items(thread_id, message_id)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(prompt_json(&message, input, &items, waiting)).into_response())
+}
