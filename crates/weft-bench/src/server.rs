@@ -18,8 +18,10 @@ pub struct ServerProcess {
     _dir: tempfile::TempDir,
 }
 
-/// One local user drives every turn of a load test: no per-user limits.
-pub const NO_USER_LIMITS: &str = "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n";
+/// One local user drives every turn of a load test, from one address: no per-user limits,
+/// no cap on the user's sockets or on the address's connections still authenticating.
+pub const NO_USER_LIMITS: &str = "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n\
+[server]\nmax_sockets_per_user = 0\nmax_unauthenticated_per_address = 0\n";
 
 /// Start `bin serve` with `script` (scripted provider), `config` (TOML) and `db` (`postgres`
 /// or `sqlite`).

@@ -68,7 +68,7 @@ impl Server {
         let config = db.dir.path().join("weft.toml");
         std::fs::write(
             &config,
-            "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n",
+            "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n[server]\nmax_sockets_per_user = 0\n",
         )
         .unwrap();
         let mut child = Command::new(WEFT)

@@ -12,7 +12,7 @@ use weft_protocol::ErrorCode;
 use weft_runtime::LOCAL_USER;
 
 use crate::listener::Ticket;
-use crate::rest::ApiError;
+use crate::error::ApiError;
 use crate::state::ServerState;
 
 /// An authenticated caller.

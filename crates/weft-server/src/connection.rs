@@ -19,7 +19,7 @@ use crate::auth::AuthUser;
 use crate::codec::{decode_json, decode_msgpack, Wire};
 use crate::commands::Connection;
 use crate::outbox::{message, Outbound, Outbox, OutboxState};
-use crate::rest::ApiError;
+use crate::error::ApiError;
 use crate::state::{ServerState, SocketSlot};
 
 pub const CLOSE_GOING_AWAY: u16 = 1001;

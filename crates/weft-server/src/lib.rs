@@ -7,6 +7,7 @@ pub mod auth;
 pub mod codec;
 pub mod commands;
 pub mod connection;
+pub mod error;
 pub mod listener;
 pub mod outbox;
 pub mod rest;

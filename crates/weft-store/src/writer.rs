@@ -455,18 +455,18 @@ pub(crate) struct InsertSql {
     tail: &'static str,
 }
 
-// Threads and a turn's first messages have fresh ids: a row already there was written by an
-// earlier try of the same batch whose answer the lost connection never brought back.
+// A thread or message that is already there is an error: thread ids can come from clients,
+// and two new threads must never become one.
 const THREADS: InsertSql = InsertSql {
     head: "INSERT INTO threads (id, owner, title, permission_mode, agent, created_at, updated_at)",
     columns: 7,
-    tail: " ON CONFLICT (id) DO NOTHING",
+    tail: "",
 };
 pub(crate) const MESSAGES: InsertSql = InsertSql {
     head: "INSERT INTO messages (id, thread_id, role, content, execution_tree, permission_mode, status, \
            input_tokens, output_tokens, cost_usd, created_at, position, metadata)",
     columns: 13,
-    tail: " ON CONFLICT (id) DO NOTHING",
+    tail: "",
 };
 const FINISHED_MESSAGES: InsertSql = InsertSql {
     head: MESSAGES.head,

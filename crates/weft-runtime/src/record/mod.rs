@@ -9,7 +9,6 @@
 pub mod audit;
 pub mod history;
 mod log;
-pub mod prompt_view;
 pub mod views;
 
 pub use log::{TurnLog, FLUSH_EVERY};

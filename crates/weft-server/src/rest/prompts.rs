@@ -18,10 +18,10 @@ use serde_json::Value;
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
 use weft_runtime::frame::{ChannelFrames, Delivered};
 use weft_runtime::persist::to_wire;
-use weft_runtime::record::prompt_view::prompt_json;
 use weft_runtime::{ChannelSink, Route, Runtime, TurnRequest};
 use weft_store::MessageRow;
 
+use super::prompt_view::prompt_json;
 use super::{ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;

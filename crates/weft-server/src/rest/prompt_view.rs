@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 use weft_protocol::{MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
-use crate::persist::rfc3339;
-use super::entries;
-use super::views::root_text;
+use weft_runtime::persist::rfc3339;
+use weft_runtime::record::entries;
+use weft_runtime::record::views::root_text;
 
 /// The prompt object of the turn whose assistant message is `message`; `input` is the user
 /// message that started it, `items` its record, `waiting` whether it waits on an approval.
