@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use weft_protocol::{Amount, PolicyClass, ServerEvent, ToolCategory};
+pub use weft_protocol::{PolicyClass, ToolCategory};
+use weft_protocol::{Amount, ServerEvent};
 
 use crate::events::EventSink;
 use crate::memory::AgentMemory;
@@ -124,6 +125,45 @@ impl ToolError {
     pub fn model(message: impl Into<String>) -> Self {
         ToolError::Model(message.into())
     }
+}
+
+/// Declares the data half of a [`Tool`] once, inside its `impl Tool for …` block: its name,
+/// description, JSON Schema, policy class and category.
+///
+/// ```ignore
+/// tool_meta! {
+///     name: "todo_write",
+///     description: "Replace your todo list.",
+///     class: Safe,
+///     category: Read,
+///     parameters: json!({"type": "object"}),
+/// }
+/// ```
+#[macro_export]
+macro_rules! tool_meta {
+    (
+        name: $name:expr,
+        description: $description:expr,
+        class: $class:ident,
+        category: $category:ident,
+        parameters: $parameters:expr $(,)?
+    ) => {
+        fn name(&self) -> &str {
+            $name
+        }
+        fn description(&self) -> &str {
+            $description
+        }
+        fn parameters(&self) -> ::serde_json::Value {
+            $parameters
+        }
+        fn policy_class(&self) -> $crate::tool::PolicyClass {
+            $crate::tool::PolicyClass::$class
+        }
+        fn category(&self) -> $crate::tool::ToolCategory {
+            $crate::tool::ToolCategory::$category
+        }
+    };
 }
 
 #[async_trait]

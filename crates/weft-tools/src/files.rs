@@ -5,7 +5,6 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use weft_core::truncate::truncate_known_size;
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 use crate::workspace::{Refused, Workspace};
 
@@ -35,20 +34,12 @@ pub struct ReadFile;
 
 #[async_trait]
 impl Tool for ReadFile {
-    fn name(&self) -> &str {
-        "read_file"
-    }
-    fn description(&self) -> &str {
-        "Read a text file from the workspace. `path` is relative to the workspace root."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"path": {"type": "string", "description": "Path relative to the workspace root."}}, "required": ["path"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::WorkspaceWrite
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "read_file",
+        description: "Read a text file from the workspace. `path` is relative to the workspace root.",
+        class: WorkspaceWrite,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string", "description": "Path relative to the workspace root."}}, "required": ["path"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;
@@ -64,23 +55,15 @@ pub struct WriteFile;
 
 #[async_trait]
 impl Tool for WriteFile {
-    fn name(&self) -> &str {
-        "write_file"
-    }
-    fn description(&self) -> &str {
-        "Write (create or replace) a text file in the workspace. `path` is relative to the workspace root."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "write_file",
+        description: "Write (create or replace) a text file in the workspace. `path` is relative to the workspace root.",
+        class: WorkspaceWrite,
+        category: Write,
+        parameters: json!({"type": "object", "properties": {
             "path": {"type": "string", "description": "Path relative to the workspace root."},
             "content": {"type": "string", "description": "The full new content of the file."}
-        }, "required": ["path", "content"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::WorkspaceWrite
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Write
+        }, "required": ["path", "content"]}),
     }
     fn exclusive_lock(&self) -> Option<&str> {
         Some("workspace_fs")

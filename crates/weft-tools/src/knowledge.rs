@@ -92,20 +92,12 @@ pub struct Recall(Arc<dyn KnowledgeBase>);
 
 #[async_trait]
 impl Tool for ListCollections {
-    fn name(&self) -> &str {
-        "list_collections"
-    }
-    fn description(&self) -> &str {
-        "List the knowledge collections you can search: yours and shared ones, with descriptions."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "list_collections",
+        description: "List the knowledge collections you can search: yours and shared ones, with descriptions.",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {}}),
     }
     async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let list = self
@@ -119,24 +111,16 @@ impl Tool for ListCollections {
 
 #[async_trait]
 impl Tool for SearchCollections {
-    fn name(&self) -> &str {
-        "search_collections"
-    }
-    fn description(&self) -> &str {
-        "Search every knowledge collection you can read; returns the best passages with their \
-collection, document, title and score."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "search_collections",
+        description: "Search every knowledge collection you can read; returns the best passages with their \
+collection, document, title and score.",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {
             "query": {"type": "string"},
             "k": {"type": "integer", "minimum": 1, "maximum": MOST_K}
-        }, "required": ["query"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+        }, "required": ["query"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let query = required_text(&args, "query")?;
@@ -151,25 +135,17 @@ collection, document, title and score."
 
 #[async_trait]
 impl Tool for QueryCollection {
-    fn name(&self) -> &str {
-        "query_collection"
-    }
-    fn description(&self) -> &str {
-        "Find the passages of one knowledge collection that best answer a question; cite them \
-by document and title."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "query_collection",
+        description: "Find the passages of one knowledge collection that best answer a question; cite them \
+by document and title.",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {
             "collection": {"type": "string", "description": "Its name (see list_collections)."},
             "query": {"type": "string"},
             "k": {"type": "integer", "minimum": 1, "maximum": MOST_K}
-        }, "required": ["collection", "query"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+        }, "required": ["collection", "query"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let collection = required_text(&args, "collection")?;
@@ -214,23 +190,15 @@ impl Tool for Remember {
 
 #[async_trait]
 impl Tool for Recall {
-    fn name(&self) -> &str {
-        "recall"
-    }
-    fn description(&self) -> &str {
-        "Look up facts from long-term memory that match a query."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "recall",
+        description: "Look up facts from long-term memory that match a query.",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {
             "query": {"type": "string"},
             "k": {"type": "integer", "minimum": 1, "maximum": MOST_K}
-        }, "required": ["query"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+        }, "required": ["query"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let query = required_text(&args, "query")?;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 use weft_providers::media::{Generated, ImageGenerator, SpeechGenerator};
 
 use crate::args::required_text;
@@ -50,23 +49,15 @@ pub async fn keep(
 
 #[async_trait]
 impl Tool for GenerateImage {
-    fn name(&self) -> &str {
-        "generate_image"
-    }
-    fn description(&self) -> &str {
-        "Generate an image from a description; returns the image's asset URL (the user sees it)."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "generate_image",
+        description: "Generate an image from a description; returns the image's asset URL (the user sees it).",
+        class: Network,
+        category: Write,
+        parameters: json!({"type": "object", "properties": {
             "prompt": {"type": "string", "description": "What the image shows."},
             "size": {"type": "string", "enum": IMAGE_SIZES}
-        }, "required": ["prompt"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Network
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Write
+        }, "required": ["prompt"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let prompt = required_text(&args, "prompt")?;
@@ -91,23 +82,15 @@ impl Tool for GenerateImage {
 
 #[async_trait]
 impl Tool for TextToSpeech {
-    fn name(&self) -> &str {
-        "text_to_speech"
-    }
-    fn description(&self) -> &str {
-        "Read text aloud as an audio file; returns the audio's asset URL (the user can play it)."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "text_to_speech",
+        description: "Read text aloud as an audio file; returns the audio's asset URL (the user can play it).",
+        class: Network,
+        category: Write,
+        parameters: json!({"type": "object", "properties": {
             "text": {"type": "string"},
             "voice": {"type": "string"}
-        }, "required": ["text"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Network
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Write
+        }, "required": ["text"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let spoken = required_text(&args, "text")?;

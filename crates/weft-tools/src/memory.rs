@@ -4,7 +4,6 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 fn string_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
     args.get(key)
@@ -16,20 +15,12 @@ pub struct MemoryList;
 
 #[async_trait]
 impl Tool for MemoryList {
-    fn name(&self) -> &str {
-        "memory_list"
-    }
-    fn description(&self) -> &str {
-        "List the keys in this turn's shared memory (subtask results are stored as task:<id>)."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "memory_list",
+        description: "List the keys in this turn's shared memory (subtask results are stored as task:<id>).",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {}}),
     }
     async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         Ok(json!(ctx.memory.keys()).to_string())
@@ -40,20 +31,12 @@ pub struct MemoryRead;
 
 #[async_trait]
 impl Tool for MemoryRead {
-    fn name(&self) -> &str {
-        "memory_read"
-    }
-    fn description(&self) -> &str {
-        "Read one value from this turn's shared memory."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "memory_read",
+        description: "Read one value from this turn's shared memory.",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let key = string_arg(&args, "key")?;
@@ -70,20 +53,12 @@ pub struct MemoryWrite;
 
 #[async_trait]
 impl Tool for MemoryWrite {
-    fn name(&self) -> &str {
-        "memory_write"
-    }
-    fn description(&self) -> &str {
-        "Store a value in this turn's shared memory, visible to every subtask of the turn."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "string"}}, "required": ["key", "value"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Knowledge
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "memory_write",
+        description: "Store a value in this turn's shared memory, visible to every subtask of the turn.",
+        class: Knowledge,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "string"}}, "required": ["key", "value"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let key = string_arg(&args, "key")?;

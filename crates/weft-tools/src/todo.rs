@@ -4,7 +4,6 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 pub const TODOS_KEY: &str = "todos";
 
@@ -18,24 +17,16 @@ pub struct TodoWrite;
 
 #[async_trait]
 impl Tool for TodoWrite {
-    fn name(&self) -> &str {
-        "todo_write"
-    }
-    fn description(&self) -> &str {
-        "Replace your todo list for this task: each item has `content` and a `status` (pending, in_progress, completed)."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"todos": {"type": "array", "items": {
+    weft_core::tool_meta! {
+        name: "todo_write",
+        description: "Replace your todo list for this task: each item has `content` and a `status` (pending, in_progress, completed).",
+        class: Safe,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"todos": {"type": "array", "items": {
             "type": "object",
             "properties": {"content": {"type": "string"}, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
             "required": ["content", "status"]
-        }}}, "required": ["todos"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+        }}}, "required": ["todos"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let todos: Vec<Todo> = serde_json::from_value(

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 use crate::builder::BuildWorkflow;
 use crate::executor::execute;
@@ -138,20 +137,12 @@ pub struct RunNode(Workflows);
 
 #[async_trait]
 impl Tool for ListWorkflows {
-    fn name(&self) -> &str {
-        "list_workflows"
-    }
-    fn description(&self) -> &str {
-        "List your saved workflows (id, name, description)."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "list_workflows",
+        description: "List your saved workflows (id, name, description).",
+        class: Safe,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {}}),
     }
     async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let list = self
@@ -166,20 +157,12 @@ impl Tool for ListWorkflows {
 
 #[async_trait]
 impl Tool for GetWorkflow {
-    fn name(&self) -> &str {
-        "get_workflow"
-    }
-    fn description(&self) -> &str {
-        "Read one saved workflow: its graph of nodes and edges."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"workflow_id": {"type": "string"}}, "required": ["workflow_id"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "get_workflow",
+        description: "Read one saved workflow: its graph of nodes and edges.",
+        class: Safe,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"workflow_id": {"type": "string"}}, "required": ["workflow_id"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let id = text_arg(&args, "workflow_id")?;
@@ -202,21 +185,13 @@ impl Tool for GetWorkflow {
 
 #[async_trait]
 impl Tool for ListNodeTypes {
-    fn name(&self) -> &str {
-        "list_node_types"
-    }
-    fn description(&self) -> &str {
-        "List the node types workflows can use (optionally those matching a query): each with \
-its input and output ports as JSON Schemas."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"query": {"type": "string"}}})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "list_node_types",
+        description: "List the node types workflows can use (optionally those matching a query): each with \
+its input and output ports as JSON Schemas.",
+        class: Safe,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let query = args.get("query").and_then(Value::as_str);
@@ -226,24 +201,16 @@ its input and output ports as JSON Schemas."
 
 #[async_trait]
 impl Tool for RunWorkflow {
-    fn name(&self) -> &str {
-        "run_workflow"
-    }
-    fn description(&self) -> &str {
-        "Run a saved workflow with parameters (its input nodes' names); returns its outputs and \
-each node's status."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "run_workflow",
+        description: "Run a saved workflow with parameters (its input nodes' names); returns its outputs and \
+each node's status.",
+        class: Safe,
+        category: Execute,
+        parameters: json!({"type": "object", "properties": {
             "workflow_id": {"type": "string"},
             "params": {"type": "object", "description": "Parameter values by name."}
-        }, "required": ["workflow_id"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Execute
+        }, "required": ["workflow_id"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let id = text_arg(&args, "workflow_id")?;
@@ -280,23 +247,15 @@ each node's status."
 
 #[async_trait]
 impl Tool for RunNode {
-    fn name(&self) -> &str {
-        "run_node"
-    }
-    fn description(&self) -> &str {
-        "Run one node of any type (see list_node_types) with its inputs; returns its outputs."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "run_node",
+        description: "Run one node of any type (see list_node_types) with its inputs; returns its outputs.",
+        class: Safe,
+        category: Execute,
+        parameters: json!({"type": "object", "properties": {
             "node_type": {"type": "string"},
             "inputs": {"type": "object"}
-        }, "required": ["node_type"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Execute
+        }, "required": ["node_type"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let node_type = text_arg(&args, "node_type")?;

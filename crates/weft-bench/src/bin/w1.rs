@@ -20,7 +20,7 @@ use weft_core::{
     ProviderEvent, ProviderRequest, ProviderStream, RateCard, Role, Tool, ToolCallRequest,
     ToolContext, ToolError, Toolbelt, TurnEnd, TurnSpec, Usage,
 };
-use weft_protocol::{AgentConfig, PermissionMode, PolicyClass, ServerEvent, ToolCategory};
+use weft_protocol::{AgentConfig, PermissionMode, ServerEvent};
 
 const K: usize = 10;
 const P: usize = 4;
@@ -164,20 +164,12 @@ struct Noop;
 
 #[async_trait]
 impl Tool for Noop {
-    fn name(&self) -> &str {
-        "noop"
-    }
-    fn description(&self) -> &str {
-        "No-op tool: returns a fixed 100-byte string."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]})
-    }
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Safe
-    }
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+    weft_core::tool_meta! {
+        name: "noop",
+        description: "No-op tool: returns a fixed 100-byte string.",
+        class: Safe,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}),
     }
     async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         TOOL_CALLS.fetch_add(1, Ordering::Relaxed);

@@ -28,7 +28,6 @@ use serde_json::{json, Value};
 use tokio::sync::{Mutex, OnceCell};
 use tokio_util::sync::CancellationToken;
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 use super::guard::NetPolicy;
 use super::proxy::GuardProxy;
@@ -392,32 +391,24 @@ fn clip(text: &str) -> String {
 
 #[async_trait]
 impl Tool for BrowserTool {
-    fn name(&self) -> &str {
-        "browser"
-    }
-
-    fn description(&self) -> &str {
-        "Drive a real web browser: `open` a URL (returns its text), `type` text into the \
+    weft_core::tool_meta! {
+        name: "browser",
+        description: "Drive a real web browser: `open` a URL (returns its text), `type` text into the \
 element a CSS `selector` finds, `click` one, `extract` the text of the page or a selector, \
-take a `screenshot`. The page stays open for the rest of this turn."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+take a `screenshot`. The page stays open for the rest of this turn.",
+        class: Network,
+        category: External,
+        parameters: json!({"type": "object", "properties": {
             "action": {"type": "string", "enum": ["open", "click", "type", "extract", "screenshot"]},
             "url": {"type": "string"},
             "selector": {"type": "string", "description": "A CSS selector."},
             "text": {"type": "string"}
-        }, "required": ["action"]})
+        }, "required": ["action"]}),
     }
 
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Network
-    }
 
-    fn category(&self) -> ToolCategory {
-        ToolCategory::External
-    }
+
+
 
     /// One page per turn: actions happen in order.
     fn parallel_safe(&self) -> bool {

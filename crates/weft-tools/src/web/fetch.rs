@@ -7,7 +7,6 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 use super::guard::NetPolicy;
 use super::WebSettings;
@@ -180,27 +179,19 @@ fn describe(error: &reqwest::Error) -> String {
 
 #[async_trait]
 impl Tool for FetchUrl {
-    fn name(&self) -> &str {
-        "fetch_url"
-    }
-
-    fn description(&self) -> &str {
-        "Fetch a web page (http or https) and read it as Markdown. Public addresses only."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "fetch_url",
+        description: "Fetch a web page (http or https) and read it as Markdown. Public addresses only.",
+        class: Network,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {
             "url": {"type": "string", "description": "The page's address."}
-        }, "required": ["url"]})
+        }, "required": ["url"]}),
     }
 
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Network
-    }
 
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
+
+
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let url = args

@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
-use weft_protocol::{PolicyClass, ToolCategory};
 
 /// Which search service answers, and how to reach it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -136,28 +135,20 @@ impl WebSearch {
 
 #[async_trait]
 impl Tool for WebSearch {
-    fn name(&self) -> &str {
-        "web_search"
-    }
-
-    fn description(&self) -> &str {
-        "Search the web; returns titles, URLs and snippets (read a page with fetch_url)."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
+    weft_core::tool_meta! {
+        name: "web_search",
+        description: "Search the web; returns titles, URLs and snippets (read a page with fetch_url).",
+        class: Network,
+        category: Read,
+        parameters: json!({"type": "object", "properties": {
             "query": {"type": "string"},
             "max_results": {"type": "integer", "minimum": 1, "maximum": MOST_RESULTS}
-        }, "required": ["query"]})
+        }, "required": ["query"]}),
     }
 
-    fn policy_class(&self) -> PolicyClass {
-        PolicyClass::Network
-    }
 
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
+
+
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let query = args
