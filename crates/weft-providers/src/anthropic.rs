@@ -12,7 +12,7 @@ use weft_core::{
 };
 use weft_protocol::{ContentPart, MessageContent};
 
-use crate::http::{send, sse, HttpOptions};
+use crate::http::{send, sse, Endpoint, HttpOptions};
 use crate::openai::{arguments_object, decode};
 use crate::pairing::{keeps_result, kept_calls, paired_ids};
 
@@ -22,10 +22,7 @@ pub const API_VERSION: &str = "2023-06-01";
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 pub struct AnthropicProvider {
-    client: reqwest::Client,
-    base_url: String,
-    api_key: Option<String>,
-    options: HttpOptions,
+    endpoint: Endpoint,
 }
 
 impl AnthropicProvider {
@@ -35,13 +32,7 @@ impl AnthropicProvider {
         options: HttpOptions,
     ) -> Result<Self, ProviderError> {
         Ok(AnthropicProvider {
-            client: options.client()?,
-            base_url: base_url
-                .unwrap_or(DEFAULT_BASE_URL)
-                .trim_end_matches('/')
-                .to_owned(),
-            api_key: api_key.map(str::to_owned),
-            options,
+            endpoint: Endpoint::new(DEFAULT_BASE_URL, base_url, api_key, options)?,
         })
     }
 }
@@ -264,9 +255,9 @@ impl Provider for AnthropicProvider {
         cancel: CancellationToken,
     ) -> Result<ProviderStream, ProviderError> {
         let body = request_body(&request);
-        let url = format!("{}/v1/messages", self.base_url);
-        let client = self.client.clone();
-        let key = self.api_key.clone();
+        let url = format!("{}/v1/messages", self.endpoint.base_url);
+        let client = self.endpoint.client.clone();
+        let key = self.endpoint.api_key.clone();
         let build = move || {
             let mut r = client
                 .post(&url)
@@ -277,8 +268,8 @@ impl Provider for AnthropicProvider {
             }
             r
         };
-        let response = send(&build, &self.options, &cancel).await?;
-        let events = sse(response, self.options.read_timeout);
+        let response = send(&build, &self.endpoint.options, &cancel).await?;
+        let events = sse(response, self.endpoint.options.read_timeout);
         Ok(decode(
             events,
             EventDecoder::default(),

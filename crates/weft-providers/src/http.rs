@@ -170,3 +170,32 @@ pub fn sse(
         })
         .boxed()
 }
+
+/// Where a remote provider is reached: its HTTP client, base URL (no trailing `/`), key and
+/// options. Both adapters are built the same way.
+pub struct Endpoint {
+    pub client: reqwest::Client,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub options: HttpOptions,
+}
+
+impl Endpoint {
+    /// `base_url` (else `default_base_url`) and `api_key`, with a client for `options`.
+    pub fn new(
+        default_base_url: &str,
+        base_url: Option<&str>,
+        api_key: Option<&str>,
+        options: HttpOptions,
+    ) -> Result<Endpoint, ProviderError> {
+        Ok(Endpoint {
+            client: options.client()?,
+            base_url: base_url
+                .unwrap_or(default_base_url)
+                .trim_end_matches('/')
+                .to_owned(),
+            api_key: api_key.map(str::to_owned),
+            options,
+        })
+    }
+}

@@ -14,16 +14,13 @@ use weft_core::{
 };
 use weft_protocol::{ContentPart, MessageContent};
 
-use crate::http::{send, sse, HttpOptions};
+use crate::http::{send, sse, Endpoint, HttpOptions};
 use crate::pairing::{keeps_result, kept_calls, paired_ids};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 pub struct OpenAiProvider {
-    client: reqwest::Client,
-    base_url: String,
-    api_key: Option<String>,
-    options: HttpOptions,
+    endpoint: Endpoint,
 }
 
 impl OpenAiProvider {
@@ -33,13 +30,7 @@ impl OpenAiProvider {
         options: HttpOptions,
     ) -> Result<Self, ProviderError> {
         Ok(OpenAiProvider {
-            client: options.client()?,
-            base_url: base_url
-                .unwrap_or(DEFAULT_BASE_URL)
-                .trim_end_matches('/')
-                .to_owned(),
-            api_key: api_key.map(str::to_owned),
-            options,
+            endpoint: Endpoint::new(DEFAULT_BASE_URL, base_url, api_key, options)?,
         })
     }
 }
@@ -263,9 +254,9 @@ impl Provider for OpenAiProvider {
         cancel: CancellationToken,
     ) -> Result<ProviderStream, ProviderError> {
         let body = request_body(&request);
-        let url = format!("{}/chat/completions", self.base_url);
-        let client = self.client.clone();
-        let key = self.api_key.clone();
+        let url = format!("{}/chat/completions", self.endpoint.base_url);
+        let client = self.endpoint.client.clone();
+        let key = self.endpoint.api_key.clone();
         let build = move || {
             let mut r = client.post(&url).json(&body);
             if let Some(key) = &key {
@@ -273,8 +264,8 @@ impl Provider for OpenAiProvider {
             }
             r
         };
-        let response = send(&build, &self.options, &cancel).await?;
-        let events = sse(response, self.options.read_timeout);
+        let response = send(&build, &self.endpoint.options, &cancel).await?;
+        let events = sse(response, self.endpoint.options.read_timeout);
         Ok(decode(
             events,
             ChunkDecoder::default(),

@@ -9,6 +9,7 @@ mod common_terms;
 mod keys;
 mod record;
 mod rows;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod threads;
 mod vectors;
