@@ -48,6 +48,105 @@ pub struct TurnSpec {
     pub artifacts: Option<Arc<dyn Artifacts>>,
 }
 
+impl TurnSpec {
+    /// A turn of `model` on `provider` under `config`; everything else at its default (no
+    /// system prompt, history or tools, a gate in Default mode, no prices, nobody listening,
+    /// nothing recorded, no user or workspace, a 128k-token context, no artifact store). Set
+    /// the rest with the methods below.
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        model: impl Into<String>,
+        config: Arc<AgentConfig>,
+    ) -> TurnSpec {
+        TurnSpec {
+            provider,
+            model: model.into(),
+            system_prompt: String::new(),
+            history: Vec::new(),
+            toolbelt: Toolbelt::default(),
+            config,
+            gate: PermissionGate::new(weft_protocol::PermissionMode::Default),
+            rate_card: Arc::new(RateCard::new()),
+            events: EventSink::detached(),
+            cancel: CancellationToken::new(),
+            memory: AgentMemory::new(),
+            user_id: Arc::from(""),
+            workspace_root: None,
+            recorder: Arc::new(crate::record::NoRecord),
+            planner: None,
+            context_window: 128_000,
+            artifacts: None,
+        }
+    }
+
+    pub fn system_prompt(mut self, system_prompt: impl Into<String>) -> TurnSpec {
+        self.system_prompt = system_prompt.into();
+        self
+    }
+
+    pub fn history(mut self, history: Vec<ChatMessage>) -> TurnSpec {
+        self.history = history;
+        self
+    }
+
+    pub fn toolbelt(mut self, toolbelt: Toolbelt) -> TurnSpec {
+        self.toolbelt = toolbelt;
+        self
+    }
+
+    pub fn gate(mut self, gate: PermissionGate) -> TurnSpec {
+        self.gate = gate;
+        self
+    }
+
+    pub fn rate_card(mut self, rate_card: Arc<RateCard>) -> TurnSpec {
+        self.rate_card = rate_card;
+        self
+    }
+
+    pub fn events(mut self, events: EventSink) -> TurnSpec {
+        self.events = events;
+        self
+    }
+
+    pub fn cancel(mut self, cancel: CancellationToken) -> TurnSpec {
+        self.cancel = cancel;
+        self
+    }
+
+    pub fn memory(mut self, memory: AgentMemory) -> TurnSpec {
+        self.memory = memory;
+        self
+    }
+
+    /// The user the turn runs for, and their workspace.
+    pub fn user(mut self, user_id: &str, workspace_root: Option<Arc<Path>>) -> TurnSpec {
+        self.user_id = Arc::from(user_id);
+        self.workspace_root = workspace_root;
+        self
+    }
+
+    pub fn recorder(mut self, recorder: Arc<dyn Recorder>) -> TurnSpec {
+        self.recorder = recorder;
+        self
+    }
+
+    pub fn planner(mut self, planner: Option<PlannerSpec>) -> TurnSpec {
+        self.planner = planner;
+        self
+    }
+
+    pub fn context_window(mut self, tokens: u64) -> TurnSpec {
+        self.context_window = tokens;
+        self
+    }
+
+    pub fn artifacts(mut self, artifacts: Option<Arc<dyn Artifacts>>) -> TurnSpec {
+        self.artifacts = artifacts;
+        self
+    }
+}
+
 /// The planner pre-pass: its model and prompt.
 #[derive(Clone)]
 pub struct PlannerSpec {

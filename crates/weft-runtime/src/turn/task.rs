@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use weft_core::{
-    AgentMemory, ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd,
+    ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd,
     TurnOutcome, TurnSpec,
 };
 use weft_protocol::{ErrorCode, PermissionMode, ServerEvent, ToolCallStatus};
@@ -92,25 +92,18 @@ impl Runtime {
             let (runtime, thread) = (self.clone(), thread.clone());
             EventSink::callback(Box::new(move |event| forward(&runtime, &thread, event)))
         };
-        let spec = TurnSpec {
-            provider: setup.provider,
-            model: setup.model,
-            system_prompt,
-            history: Vec::new(),
-            toolbelt,
-            config: setup.agent.clone(),
-            gate: thread.gate.clone(),
-            rate_card: self.rate_card.clone(),
-            events,
-            cancel: claim.cancel,
-            memory: AgentMemory::new(),
-            user_id: Arc::from(user.as_str()),
-            workspace_root: self.workspace_of(&user),
-            recorder: log.clone(),
-            planner: setup.planner,
-            context_window: setup.context_window,
-            artifacts: Some(self.assets.clone()),
-        };
+        let spec = TurnSpec::new(setup.provider, setup.model, setup.agent.clone())
+            .system_prompt(system_prompt)
+            .toolbelt(toolbelt)
+            .gate(thread.gate.clone())
+            .rate_card(self.rate_card.clone())
+            .events(events)
+            .cancel(claim.cancel)
+            .user(&user, self.workspace_of(&user))
+            .recorder(log.clone())
+            .planner(setup.planner)
+            .context_window(setup.context_window)
+            .artifacts(Some(self.assets.clone()));
         let user_message = NewMessage {
             id: new_id(),
             thread_id: thread.id.to_string(),
