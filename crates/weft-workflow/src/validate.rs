@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::graph::Graph;
+use crate::graph::{Edge, Graph};
 use crate::node::NodeType;
 use crate::registry::NodeRegistry;
 use crate::run::RunLimits;
@@ -106,6 +106,25 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
     if graph.nodes.is_empty() {
         errors.push(error("", None, "the graph has no nodes"));
     }
+    let (index, types, nesting) = node_types(graph, registry, &mut errors);
+    let (incoming, connected) = edges(graph, &index, &types, &mut errors);
+    let required_of = required_inputs(graph, &types, &connected, &mut errors);
+    if let Some(node) = cycle(&incoming) {
+        errors.push(error(&graph.nodes[node].id, None, "is part of a cycle"));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(plan(graph, types, incoming, required_of, nesting))
+}
+
+/// Each node's type (ids unique, types known, static inputs fitting), where each id is, and
+/// how deep the graphs given to nodes nest.
+fn node_types<'g>(
+    graph: &'g Graph,
+    registry: &NodeRegistry,
+    errors: &mut Vec<GraphError>,
+) -> (HashMap<&'g str, usize>, Vec<Option<Arc<dyn NodeType>>>, u32) {
     let mut index: HashMap<&str, usize> = HashMap::new();
     let mut nesting = 0;
     let mut types: Vec<Option<Arc<dyn NodeType>>> = Vec::with_capacity(graph.nodes.len());
@@ -118,22 +137,30 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
             ));
         }
         let node_type = registry.get(&node.node_type).cloned();
-        if node_type.is_none() {
-            errors.push(error(
+        match &node_type {
+            None => errors.push(error(
                 &node.id,
                 None,
                 format!(
                     "unknown node type `{}`; see GET /node-types",
                     node.node_type
                 ),
-            ));
-        }
-        if let Some(t) = &node_type {
-            nesting = nesting.max(static_inputs(node, t.as_ref(), registry, &mut errors));
+            )),
+            Some(t) => nesting = nesting.max(static_inputs(node, t.as_ref(), registry, errors)),
         }
         types.push(node_type);
     }
+    (index, types, nesting)
+}
 
+/// Each node's incoming edges `(from, output, input)`, and every connected input: edges join
+/// existing ports of compatible schemas, one edge per input, no node feeding itself.
+fn edges<'g>(
+    graph: &'g Graph,
+    index: &HashMap<&str, usize>,
+    types: &[Option<Arc<dyn NodeType>>],
+    errors: &mut Vec<GraphError>,
+) -> (Vec<Vec<(usize, String, String)>>, HashSet<(usize, &'g str)>) {
     let mut incoming: Vec<Vec<(usize, String, String)>> = vec![Vec::new(); graph.nodes.len()];
     let mut connected: HashSet<(usize, &str)> = HashSet::new();
     for edge in &graph.edges {
@@ -157,26 +184,8 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
         let (Some(from_type), Some(to_type)) = (&types[from], &types[to]) else {
             continue;
         };
-        let Some(out_schema) = port_schema(&from_type.outputs(), &edge.output).cloned() else {
-            errors.push(error(&edge.from, Some(&edge.output), "no such output port"));
-            continue;
-        };
-        let Some(in_schema) = port_schema(&to_type.inputs(), &edge.input).cloned() else {
-            errors.push(error(&edge.to, Some(&edge.input), "no such input port"));
-            continue;
-        };
-        if !compatible(&out_schema, &in_schema) {
-            errors.push(error(
-                &edge.to,
-                Some(&edge.input),
-                format!(
-                    "takes {:?} but `{}.{}` gives {:?}",
-                    types_of(&in_schema),
-                    edge.from,
-                    edge.output,
-                    types_of(&out_schema)
-                ),
-            ));
+        if let Err(e) = edge_fits(edge, from_type.as_ref(), to_type.as_ref()) {
+            errors.push(e);
             continue;
         }
         if !connected.insert((to, edge.input.as_str())) {
@@ -197,12 +206,45 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
         }
         incoming[to].push((from, edge.output.clone(), edge.input.clone()));
     }
+    (incoming, connected)
+}
 
+/// The edge's ports exist and what the output gives fits the input.
+fn edge_fits(edge: &Edge, from: &dyn NodeType, to: &dyn NodeType) -> Result<(), GraphError> {
+    let Some(out_schema) = port_schema(&from.outputs(), &edge.output).cloned() else {
+        return Err(error(&edge.from, Some(&edge.output), "no such output port"));
+    };
+    let Some(in_schema) = port_schema(&to.inputs(), &edge.input).cloned() else {
+        return Err(error(&edge.to, Some(&edge.input), "no such input port"));
+    };
+    if !compatible(&out_schema, &in_schema) {
+        return Err(error(
+            &edge.to,
+            Some(&edge.input),
+            format!(
+                "takes {:?} but `{}.{}` gives {:?}",
+                types_of(&in_schema),
+                edge.from,
+                edge.output,
+                types_of(&out_schema)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Each node's required inputs; each must be set or connected.
+fn required_inputs(
+    graph: &Graph,
+    types: &[Option<Arc<dyn NodeType>>],
+    connected: &HashSet<(usize, &str)>,
+    errors: &mut Vec<GraphError>,
+) -> Vec<Vec<String>> {
     let mut required_of: Vec<Vec<String>> = vec![Vec::new(); graph.nodes.len()];
     for (i, node) in graph.nodes.iter().enumerate() {
         let Some(t) = &types[i] else { continue };
-        let schema = t.inputs();
-        let required: Vec<String> = schema
+        let required: Vec<String> = t
+            .inputs()
             .get("required")
             .and_then(Value::as_array)
             .map(|r| {
@@ -223,14 +265,17 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
         }
         required_of[i] = required;
     }
+    required_of
+}
 
-    if let Some(node) = cycle(&incoming) {
-        errors.push(error(&graph.nodes[node].id, None, "is part of a cycle"));
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-
+/// The plan of a valid graph: each node with its dependants and how many it waits for.
+fn plan(
+    graph: &Graph,
+    types: Vec<Option<Arc<dyn NodeType>>>,
+    incoming: Vec<Vec<(usize, String, String)>>,
+    required_of: Vec<Vec<String>>,
+    nesting: u32,
+) -> Plan {
     let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); graph.nodes.len()];
     let mut upstream = vec![0usize; graph.nodes.len()];
     for (to, edges) in incoming.iter().enumerate() {
@@ -264,7 +309,7 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
             },
         )
         .collect();
-    Ok(Plan { nodes, nesting })
+    Plan { nodes, nesting }
 }
 
 /// Static inputs must name ports and fit their schemas; a graph a node runs (`list.map`'s)
