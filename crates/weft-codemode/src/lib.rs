@@ -1,4 +1,4 @@
-//! The `code` execution mode (seed 003): the model answers with JavaScript, run in a QuickJS
+//! The `code` execution mode: the model answers with JavaScript, run in a QuickJS
 //! sandbox where `tools.<name>(args)` reaches the same tools — through the same gate,
 //! approvals, budget and record — as a classic turn.
 

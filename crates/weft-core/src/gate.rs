@@ -15,7 +15,7 @@ pub enum GateDecision {
     Block,
 }
 
-/// The decision table (seed 001), with `hitl_tools` (seed 004) asking in every mode but Plan,
+/// The decision table, with `hitl_tools` asking in every mode but Plan,
 /// where non-read tools never run.
 pub fn decide(
     mode: PermissionMode,

@@ -1,4 +1,4 @@
-//! Execution modes (seed 003): a turn runs through a mode looked up by name. `classic` (the
+//! Execution modes: a turn runs through a mode looked up by name. `classic` (the
 //! unified tool-calling loop) is registered by default; others plug in without touching it.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! `run_parallel_subagents` (seed 004): up to `max_parallel_subagents` jobs, each a child
+//! `run_parallel_subagents`: up to `max_parallel_subagents` jobs, each a child
 //! level at depth + 1 under the call, run concurrently on one shared budget; the result is
 //! one structured entry per job, in job order.
 

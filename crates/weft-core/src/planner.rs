@@ -1,4 +1,4 @@
-//! The planner pre-pass (seed 004): before the executor's first call, a quiet level with the
+//! The planner pre-pass: before the executor's first call, a quiet level with the
 //! planning model and prompt, read tools only (through the gate, never asking), writes a
 //! plan. Its messages and tool chatter stay here: the executor sees only the plan, in its
 //! system prompt. It spends the turn's budget.

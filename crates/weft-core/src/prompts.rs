@@ -151,7 +151,7 @@ pub fn tool_timed_out(name: &str, after: std::time::Duration) -> String {
     )
 }
 
-// The planner pre-pass (seed 004).
+// The planner pre-pass.
 
 /// The planner's system prompt when the agent gives none.
 pub const PLANNER_PROMPT: &str = "You are the planning phase of an agent. Read the request and \
@@ -185,7 +185,7 @@ leave it to the plan"
     )
 }
 
-// Budget awareness (seed 004).
+// Budget awareness.
 
 /// The advisory appended to every tool result and assistant message the model sees
 /// (`budget_awareness = "per-message"`).
@@ -230,7 +230,7 @@ compacting older messages. Start a new thread, or ask for less at once."
     )
 }
 
-// Parallel sub-agents (seed 004).
+// Parallel sub-agents.
 
 pub const RUN_PARALLEL_SUBAGENTS: &str = "run_parallel_subagents";
 
@@ -268,7 +268,7 @@ call read_artifact with this id and an offset to read the rest]"
     )
 }
 
-// Code mode (seed 003).
+// Code mode.
 
 /// Heads the facts long-term memory recalled for a turn (then one `- fact` per line).
 pub const REMEMBERED: &str =

@@ -1,8 +1,8 @@
-//! `AgentConfig`: the serializable agent contract (seed 004): who the agent is (name, model,
+//! `AgentConfig`: the serializable agent contract: who the agent is (name, model,
 //! instructions), its runtime controls (planning, budget awareness, approvals, sub-agents),
 //! and every limit of a turn.
 //!
-//! It round-trips through JSON and TOML: seed 004's example loads as written and serializes
+//! It round-trips through JSON and TOML: the documented example agent (`web-fixtures/agents/ops-supervisor.json`) loads as written and serializes
 //! back to the same fields, every other field at its default.
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +32,7 @@ pub enum ToolErrorMode {
     Abort,
 }
 
-/// An agent: seed 004's fields first (in its order), then Weft's tool allow-list and limits.
+/// An agent: the agent contract's fields first (in its order), then Weft's tool allow-list and limits.
 /// Missing keys take defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -271,7 +271,7 @@ impl AgentConfig {
             .map(BudgetAwareness::Limit)
     }
 
-    /// Check the values that make sense on their own (seed 004's validation rules).
+    /// Check the values that make sense on their own (the agent contract's rules).
     pub fn validate(&self) -> Result<(), AgentConfigError> {
         if !crate::inbound::is_identifier(&self.name) {
             return Err(AgentConfigError::Name(crate::clip(&self.name, 64)));

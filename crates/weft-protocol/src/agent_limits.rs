@@ -1,7 +1,7 @@
 //! The operator's `[agent]` limits as the ceiling of every stored agent: a limit an agent
 //! leaves out is the operator's, one it gives may not be higher, and a stored agent is
 //! clamped again when a turn loads it (the operator may have lowered the ceiling since).
-//! `max_parallel_subagents` is not among them: seed 004 bounds it to 1..7 for every agent.
+//! `max_parallel_subagents` is not among them: it is 1..7 for every agent.
 
 use crate::agent_config::{AgentConfig, AgentConfigError};
 

@@ -1,4 +1,4 @@
-//! `ToolResultMetadata` (seed 004): the canonical runtime record of one tool call.
+//! `ToolResultMetadata`: the canonical runtime record of one tool call.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -1,4 +1,4 @@
-//! The compact execution tree persisted with an assistant message (seed 000).
+//! The compact execution tree persisted with an assistant message.
 
 use serde::{Deserialize, Serialize};
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Per-thread trust level deciding what a gated tool call does (seed 001).
+/// Per-thread trust level deciding what a gated tool call does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
@@ -34,7 +34,7 @@ impl PermissionMode {
     }
 }
 
-/// What a tool call does to the world, deciding approval per mode (seed 001).
+/// What a tool call does to the world, deciding approval per mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCategory {
@@ -51,7 +51,7 @@ impl ToolCategory {
     }
 }
 
-/// Whether a tool exists in a session's toolbelt at all (seed 000).
+/// Whether a tool exists in a session's toolbelt at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyClass {

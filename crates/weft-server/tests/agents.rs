@@ -1,4 +1,4 @@
-//! Stored agents over the real socket and REST (seed 004): CRUD and validation, what an
+//! Stored agents over the real socket and REST: CRUD and validation, what an
 //! agent changes in the model's requests, the planner, budget awareness, parallel
 //! sub-agents, offloaded results, injected arguments in approvals.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! The workflow tools (seed 001's generic toolbelt): `list_workflows`, `get_workflow`,
+//! The workflow tools (the generic workflow toolbelt): `list_workflows`, `get_workflow`,
 //! `list_node_types` (read) and `run_workflow`, `run_node` (execute: they ask in Default mode).
 //! A run inside a chat turn happens at the call's own place: its nodes' frames nest under the
 //! call, and tool nodes go through the gate, budget and record as calls nested under it.

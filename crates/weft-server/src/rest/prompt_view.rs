@@ -1,4 +1,4 @@
-//! A turn read back as seed 003's prompt object: its id (the assistant message's), the
+//! A turn read back as the prompt API's prompt object: its id (the assistant message's), the
 //! conversation (thread), mode, state, the tool calls it made with their results (pending
 //! while unanswered), its text, and usage.
 
