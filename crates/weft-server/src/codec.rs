@@ -9,16 +9,25 @@ pub enum Wire {
     MsgPack,
 }
 
-pub fn decode_json(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("frame is not valid JSON: {e}"))
+/// Why a frame could not be decoded (answered with `invalid_json`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("frame is not valid JSON: {0}")]
+    Json(String),
+    #[error("frame is not valid MessagePack: {0}")]
+    MsgPack(String),
+}
+
+pub fn decode_json(text: &str) -> Result<Value, DecodeError> {
+    serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))
 }
 
 /// Decode one MessagePack value that is the whole frame and holds at most
 /// [`MAX_VALUES_PER_FRAME`] values (checked before anything is allocated: a megabyte of
 /// one-byte `nil`s would otherwise become tens of megabytes of decoded values).
-pub fn decode_msgpack(bytes: &[u8]) -> Result<Value, String> {
-    shape_of_msgpack(bytes).map_err(|e| format!("frame is not valid MessagePack: {e}"))?;
-    rmp_serde::from_slice(bytes).map_err(|e| format!("frame is not valid MessagePack: {e}"))
+pub fn decode_msgpack(bytes: &[u8]) -> Result<Value, DecodeError> {
+    shape_of_msgpack(bytes).map_err(DecodeError::MsgPack)?;
+    rmp_serde::from_slice(bytes).map_err(|e| DecodeError::MsgPack(e.to_string()))
 }
 
 /// The most values (scalars, arrays, maps, each key and each element) one frame may hold.
@@ -98,7 +107,7 @@ mod tests {
         assert!(decode_msgpack(&frame).is_ok());
         let mut trailing = frame.clone();
         trailing.push(0xc0);
-        let e = decode_msgpack(&trailing).unwrap_err();
+        let e = decode_msgpack(&trailing).unwrap_err().to_string();
         assert!(e.contains("1 bytes follow"), "{e}");
         assert!(decode_msgpack(&frame[..frame.len() - 1]).is_err());
         assert!(decode_msgpack(&[]).is_err());
@@ -112,11 +121,14 @@ mod tests {
         let mut frame = vec![0xdd];
         frame.extend_from_slice(&(count as u32).to_be_bytes());
         frame.resize(5 + count, 0xc0);
-        let e = decode_msgpack(&frame).unwrap_err();
+        let e = decode_msgpack(&frame).unwrap_err().to_string();
         assert!(e.contains("more than"), "{e}");
         // A count that the bytes cannot hold.
         let lie = [0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0];
-        assert!(decode_msgpack(&lie).unwrap_err().contains("ends too soon"));
+        assert!(decode_msgpack(&lie)
+            .unwrap_err()
+            .to_string()
+            .contains("ends too soon"));
         // Just under the bound decodes.
         let mut fits = vec![0xdd];
         fits.extend_from_slice(&((count - 1) as u32).to_be_bytes());

@@ -14,6 +14,7 @@ use weft_runtime::client_tools::ClientToolset;
 use weft_runtime::{FrameSink, Refusal, TurnRequest};
 
 use crate::auth::AuthUser;
+use crate::codec::DecodeError;
 use crate::outbox::Outbox;
 use crate::state::ServerState;
 
@@ -50,10 +51,10 @@ impl Connection {
         }
     }
 
-    pub async fn handle(&self, decoded: Result<Value, String>) {
+    pub async fn handle(&self, decoded: Result<Value, DecodeError>) {
         let value = match decoded {
             Ok(value) => value,
-            Err(message) => return self.error(ErrorCode::InvalidJson, message, None),
+            Err(e) => return self.error(ErrorCode::InvalidJson, e.to_string(), None),
         };
         match decode_inbound(value) {
             Err(e) => self.error(e.code, e.message, e.request_id),
