@@ -97,6 +97,8 @@ pub struct ChannelSink {
     id: SubscriberId,
     tx: mpsc::UnboundedSender<Delivered>,
     state: Arc<ChannelState>,
+    /// Which live events are wanted (none: all).
+    only: Option<fn(&ServerEvent) -> bool>,
 }
 
 struct ChannelState {
@@ -124,6 +126,30 @@ impl ChannelSink {
             id,
             tx,
             state: state.clone(),
+            only: None,
+        });
+        (sink, ChannelFrames { rx, state })
+    }
+
+    /// A sink that takes only the live events `wanted` accepts (a caller that waits for a
+    /// turn's end or its approvals needs none of its text): it never falls behind on the
+    /// rest.
+    pub fn filtered(
+        id: SubscriberId,
+        limit: usize,
+        wanted: fn(&ServerEvent) -> bool,
+    ) -> (Arc<ChannelSink>, ChannelFrames) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = Arc::new(ChannelState {
+            queued: AtomicUsize::new(0),
+            limit,
+            overflowed: AtomicBool::new(false),
+        });
+        let sink = Arc::new(ChannelSink {
+            id,
+            tx,
+            state: state.clone(),
+            only: Some(wanted),
         });
         (sink, ChannelFrames { rx, state })
     }
@@ -138,8 +164,15 @@ impl FrameSink for ChannelSink {
         if self.state.overflowed.load(Ordering::Relaxed) {
             return false;
         }
+        if let (Some(wanted), Some(event)) = (self.only, out.event) {
+            if !wanted(event) {
+                return !self.tx.is_closed();
+            }
+        }
         let bytes = out.frame.len();
-        if self.state.queued.fetch_add(bytes, Ordering::Relaxed) + bytes > self.state.limit {
+        // A frame bigger than the bound still goes when nothing else waits.
+        let before = self.state.queued.fetch_add(bytes, Ordering::Relaxed);
+        if before > 0 && before + bytes > self.state.limit {
             self.state.overflowed.store(true, Ordering::Relaxed);
             return false;
         }
@@ -214,14 +247,18 @@ mod tests {
 
         let (sink, mut frames) = ChannelSink::new(2, 100);
         let big = frame(&"x".repeat(200));
-        assert!(!sink.send(Outgoing {
-            frame: &big,
-            event: None
-        }));
+        assert!(
+            sink.send(Outgoing {
+                frame: &big,
+                event: None
+            }),
+            "a frame over the bound goes when nothing waits"
+        );
         assert!(!sink.send(Outgoing {
             frame: &f,
             event: None
         }));
+        assert!(frames.recv().await.is_some());
         assert!(frames.recv().await.is_none(), "overflowed: the channel ends");
     }
 }

@@ -214,3 +214,41 @@ async fn a_code_prompt_waits_for_approval_then_approve_and_reject_resume_it() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_prompt_with_more_frames_than_a_socket_may_queue_still_answers() {
+    // 900 KB of text in 4 KB chunks, against a 256 KiB outbound bound.
+    let chunk = "x".repeat(4096);
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": [
+            {"chunks": [chunk], "repeat_chunks": 225}
+        ]}]}),
+        |c| c.server.max_outbound_bytes = 256 << 10,
+    )
+    .await;
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        server.call(Method::POST, "/prompt", None, Some(json!({"input": "big"}))),
+    )
+    .await
+    .expect("the prompt answered");
+    let (status, body) = answer;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "completed");
+    let text = body["output"][0]["content"].as_str().unwrap();
+    assert_eq!(text.len(), 225 * 4096);
+    // Its events, read back after the end, end too.
+    let id = body["id"].as_str().unwrap();
+    let events = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        reqwest::get(server.url(&format!("/prompts/{id}/events"))),
+    )
+    .await
+    .expect("the events answered")
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(events.contains("\"done\":true"), "{}", &events[..200.min(events.len())]);
+    server.stop().await;
+}

@@ -16,9 +16,9 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::Value;
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
-use weft_runtime::frame::{ChannelFrames, Delivered};
+use weft_runtime::frame::{ChannelFrames, Delivered, SubscriberId};
 use weft_runtime::persist::to_wire;
-use weft_runtime::{ChannelSink, Route, Runtime, TurnRequest};
+use weft_runtime::{ChannelSink, FrameSink, Outgoing, Route, Runtime, SharedFrame, TurnRequest};
 use weft_store::MessageRow;
 
 use super::prompt_view::prompt_json;
@@ -74,11 +74,25 @@ impl PromptRequest {
     }
 }
 
-/// A channel to watch a turn with.
+/// A channel to watch a turn with (every frame, for its events stream).
 fn channel(runtime: &Runtime) -> (Arc<ChannelSink>, ChannelFrames) {
     ChannelSink::new(
         runtime.next_subscriber_id(),
         runtime.config.server.max_outbound_bytes,
+    )
+}
+
+/// A channel to wait on a turn with: its approval requests and its end only.
+fn waiter(runtime: &Runtime) -> (Arc<ChannelSink>, ChannelFrames) {
+    ChannelSink::filtered(
+        runtime.next_subscriber_id(),
+        runtime.config.server.max_outbound_bytes,
+        |event| {
+            matches!(
+                event,
+                ServerEvent::ToolApprovalRequest { .. } | ServerEvent::Chunk { done: true, .. }
+            )
+        },
     )
 }
 
@@ -109,7 +123,7 @@ pub async fn create(
 ) -> Rest<Response> {
     let request = body.into_turn()?;
     let runtime = &state.runtime;
-    let (sink, mut frames) = channel(runtime);
+    let (sink, mut frames) = waiter(runtime);
     let started = runtime.start_turn(&user.id, request, sink).await?;
     wait(&mut frames, None).await;
     drop(frames);
@@ -166,7 +180,7 @@ async fn decide(
         ));
     }
     // Listen before answering, so nothing that follows is missed.
-    let (sink, mut frames) = channel(runtime);
+    let (sink, mut frames) = waiter(runtime);
     thread.subscribe(sink);
     runtime.answer_approval(&user.id, &body.tool_call_id, decision)?;
     wait(&mut frames, Some(&body.tool_call_id)).await;
@@ -183,27 +197,52 @@ pub async fn events(
 ) -> Rest<Response> {
     let runtime = &state.runtime;
     let message = owned_prompt(runtime, &user, &id).await?;
-    let (sink, frames) = channel(runtime);
     let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
     if thread.active_message().as_deref() == Some(id.as_str()) {
+        let (sink, frames) = channel(runtime);
         runtime
             .resume(&user.id, &message.thread_id, 0, sink)
             .await?;
-    } else {
-        let done = ServerEvent::Chunk {
-            content: String::new(),
-            done: true,
-            parent_id: None,
-            depth: 0,
-        };
-        let stored = ServerEvent::Message {
-            message: to_wire(&message),
-        };
-        thread.send_to(sink.as_ref(), 0, vec![stored, done]);
+        return Ok(Sse::new(sse(frames))
+            .keep_alive(KeepAlive::default())
+            .into_response());
     }
-    Ok(Sse::new(sse(frames))
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    // A finished prompt: its stored message and the final chunk, as they are.
+    let done = ServerEvent::Chunk {
+        content: String::new(),
+        done: true,
+        parent_id: None,
+        depth: 0,
+    };
+    let stored = ServerEvent::Message {
+        message: to_wire(&message),
+    };
+    let collected = Arc::new(Collected::default());
+    thread.send_to(collected.as_ref(), 0, vec![stored, done]);
+    let events: Vec<Result<Event, Infallible>> = collected
+        .frames
+        .lock()
+        .iter()
+        .map(|f| Ok(Event::default().data(f.json())))
+        .collect();
+    Ok(Sse::new(futures::stream::iter(events)).into_response())
+}
+
+/// Frames kept as they come (what a finished prompt's stream is made of).
+#[derive(Default)]
+struct Collected {
+    frames: parking_lot::Mutex<Vec<Arc<SharedFrame>>>,
+}
+
+impl FrameSink for Collected {
+    fn id(&self) -> SubscriberId {
+        0
+    }
+
+    fn send(&self, out: Outgoing<'_>) -> bool {
+        self.frames.lock().push(out.frame.clone());
+        true
+    }
 }
 
 /// Whether a frame is the turn's final chunk.
