@@ -1,0 +1,182 @@
+//! Real `weft serve` processes for end-to-end tests: a database that outlives them, start,
+//! `kill -9`, a websocket and REST to them.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use weft_store::testing::TestDb;
+
+const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A database that outlives server processes.
+pub struct Db {
+    pub url: String,
+    pg: Option<TestDb>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Db {
+    pub async fn new(postgres: bool) -> Db {
+        let dir = tempfile::tempdir().unwrap();
+        if postgres {
+            let pg = TestDb::postgres().await.unwrap();
+            Db {
+                url: pg.url.clone(),
+                pg: Some(pg),
+                dir,
+            }
+        } else {
+            Db {
+                url: format!("sqlite://{}/weft.db", dir.path().display()),
+                pg: None,
+                dir,
+            }
+        }
+    }
+
+    pub async fn drop_database(self) {
+        if let Some(pg) = self.pg {
+            pg.drop_database().await.unwrap();
+        }
+    }
+}
+
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+}
+
+/// One local user runs every turn here: no per-user limits.
+pub const NO_USER_LIMITS: &str =
+    "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n[server]\nmax_sockets_per_user = 0\n";
+
+impl Server {
+    pub async fn start(db: &Db, script: &Value) -> Server {
+        Self::start_with(db, script, NO_USER_LIMITS).await
+    }
+
+    /// `weft serve` on `db` with the scripted provider's `script` and `config` (TOML).
+    pub async fn start_with(db: &Db, script: &Value, config: &str) -> Server {
+        let script_path = db.dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        let config_path = db.dir.path().join("weft.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let config = config_path;
+        let mut child = Command::new(WEFT)
+            .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .env("WEFT_SCRIPT", &script_path)
+            .env("WEFT_DATABASE_URL", &db.url)
+            .env("WEFT_WORKSPACE", db.dir.path().join("workspace"))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .current_dir(db.dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            assert!(
+                Instant::now() < deadline,
+                "the server never said `listening on`"
+            );
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .expect("server output");
+            if let Some(at) = line.find("listening on ") {
+                break line[at + 13..]
+                    .chars()
+                    .take_while(|c| !c.is_whitespace())
+                    .collect::<String>();
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Server { child, addr }
+    }
+
+    /// `kill -9`: no shutdown, no flush, nothing.
+    pub async fn kill(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    pub async fn connect(&self) -> Ws {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", self.addr))
+            .await
+            .unwrap();
+        ws
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        reqwest::get(format!("http://{}{path}", self.addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+pub async fn send(ws: &mut Ws, frame: Value) {
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+}
+
+pub async fn recv(ws: &mut Ws) -> Value {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("timed out waiting for a frame");
+        match next {
+            Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("socket ended: {other:?}"),
+        }
+    }
+}
+
+pub async fn until(ws: &mut Ws, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut frames = Vec::new();
+    loop {
+        let f = recv(ws).await;
+        let stop = done(&f);
+        frames.push(f);
+        if stop {
+            return frames;
+        }
+    }
+}
+
+pub fn is_done(f: &Value) -> bool {
+    f["type"] == "chunk" && f["done"] == true
+}
+
+pub fn chat(content: &str, thread: Option<&str>) -> Value {
+    let mut data = json!({"content": content});
+    if let Some(t) = thread {
+        data["thread_id"] = json!(t);
+    }
+    json!({"command": "chat_message", "data": data})
+}
+
