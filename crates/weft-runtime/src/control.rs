@@ -27,37 +27,25 @@ impl Runtime {
         user: &str,
         thread_id: &str,
     ) -> Result<Arc<ThreadRuntime>, Refusal> {
-        if let Some(thread) = self.hub.get(thread_id) {
-            return if thread.owner == user {
-                Ok(thread)
-            } else {
-                Err(Refusal::forbidden_thread())
-            };
-        }
-        if !weft_protocol::is_identifier(thread_id) {
-            return Err(no_thread(thread_id));
-        }
-        match self
-            .store
-            .thread(thread_id)
-            .await
-            .map_err(Refusal::internal)?
-        {
-            None => Err(no_thread(thread_id)),
-            Some(row) if row.owner != user => Err(Refusal::forbidden_thread()),
-            Some(row) => {
+        match self.owner_of(user, thread_id).await? {
+            Owned::Live(thread) => Ok(thread),
+            Owned::Stored(row) => {
                 let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
                 Ok(self.hub.get_or_insert(&row.id, &row.owner, mode))
             }
         }
     }
 
-    /// Whether `user` may read thread `thread_id` (a live one is authoritative), without
-    /// making it live.
+    /// Whether `user` may read thread `thread_id`, without making it live.
     pub async fn check_owner(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
+        self.owner_of(user, thread_id).await.map(|_| ())
+    }
+
+    /// The thread, live or stored, when `user` owns it.
+    async fn owner_of(&self, user: &str, thread_id: &str) -> Result<Owned, Refusal> {
         if let Some(thread) = self.hub.get(thread_id) {
             return if thread.owner == user {
-                Ok(())
+                Ok(Owned::Live(thread))
             } else {
                 Err(Refusal::forbidden_thread())
             };
@@ -73,7 +61,7 @@ impl Runtime {
         {
             None => Err(no_thread(thread_id)),
             Some(row) if row.owner != user => Err(Refusal::forbidden_thread()),
-            Some(_) => Ok(()),
+            Some(row) => Ok(Owned::Stored(row)),
         }
     }
 
@@ -295,6 +283,12 @@ impl Runtime {
             self.turns.wait().await;
         }
     }
+}
+
+/// A thread its owner asked for.
+enum Owned {
+    Live(Arc<ThreadRuntime>),
+    Stored(weft_store::ThreadRow),
 }
 
 fn no_thread(thread_id: &str) -> Refusal {

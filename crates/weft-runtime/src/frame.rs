@@ -116,19 +116,7 @@ pub struct ChannelFrames {
 impl ChannelSink {
     /// A sink that lets at most `limit` bytes wait untaken.
     pub fn new(id: SubscriberId, limit: usize) -> (Arc<ChannelSink>, ChannelFrames) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let state = Arc::new(ChannelState {
-            queued: AtomicUsize::new(0),
-            limit,
-            overflowed: AtomicBool::new(false),
-        });
-        let sink = Arc::new(ChannelSink {
-            id,
-            tx,
-            state: state.clone(),
-            only: None,
-        });
-        (sink, ChannelFrames { rx, state })
+        Self::build(id, limit, None)
     }
 
     /// A sink that takes only the live events `wanted` accepts (a caller that waits for a
@@ -138,6 +126,14 @@ impl ChannelSink {
         id: SubscriberId,
         limit: usize,
         wanted: fn(&ServerEvent) -> bool,
+    ) -> (Arc<ChannelSink>, ChannelFrames) {
+        Self::build(id, limit, Some(wanted))
+    }
+
+    fn build(
+        id: SubscriberId,
+        limit: usize,
+        only: Option<fn(&ServerEvent) -> bool>,
     ) -> (Arc<ChannelSink>, ChannelFrames) {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = Arc::new(ChannelState {
@@ -149,7 +145,7 @@ impl ChannelSink {
             id,
             tx,
             state: state.clone(),
-            only: Some(wanted),
+            only,
         });
         (sink, ChannelFrames { rx, state })
     }

@@ -102,16 +102,21 @@ impl ThreadRuntime {
         for event in events {
             let seq = state.next_seq;
             state.next_seq += 1;
-            let frame = ServerFrame {
-                thread_id: Some(self.id.clone()),
-                seq: Some(seq),
-                event,
-            };
-            sink.send(Outgoing {
-                frame: &SharedFrame::encode(&frame),
-                event: Some(&frame.event),
-            });
+            self.send_one(sink, seq, event);
         }
+    }
+
+    /// `event` stamped with this thread and `seq`, to `sink` alone.
+    fn send_one(&self, sink: &dyn FrameSink, seq: u64, event: ServerEvent) {
+        let frame = ServerFrame {
+            thread_id: Some(self.id.clone()),
+            seq: Some(seq),
+            event,
+        };
+        sink.send(Outgoing {
+            frame: &SharedFrame::encode(&frame),
+            event: Some(&frame.event),
+        });
     }
 
     pub fn subscribe(&self, sink: Arc<dyn FrameSink>) {
@@ -146,15 +151,7 @@ impl ThreadRuntime {
                 .and_then(|f| f.seq)
                 .unwrap_or(state.next_seq)
                 .saturating_sub(1);
-            let frame = ServerFrame {
-                thread_id: Some(self.id.clone()),
-                seq: Some(seq),
-                event,
-            };
-            sink.send(Outgoing {
-                frame: &SharedFrame::encode(&frame),
-                event: Some(&frame.event),
-            });
+            self.send_one(sink.as_ref(), seq, event);
         }
         let count = missed.frames.len();
         for frame in &missed.frames {
