@@ -18,7 +18,6 @@ use crate::sandbox::{self, FromHost, Limits, Report, ToHost};
 pub async fn run_turn(mut spec: TurnSpec, limits: Limits, max_rounds: u32) -> TurnOutcome {
     let mut history = flatten(std::mem::take(&mut spec.history));
     let hosted = HostedTurn::start(&spec);
-    let deadline = tokio::time::Instant::from_std(hosted.deadline());
     {
         let work = rounds(
             &hosted,
@@ -30,7 +29,7 @@ pub async fn run_turn(mut spec: TurnSpec, limits: Limits, max_rounds: u32) -> Tu
         tokio::pin!(work);
         tokio::select! {
             () = &mut work => {}
-            () = tokio::time::sleep_until(deadline) => {
+            () = hosted.wall_clock_out() => {
                 hosted.check_wall_clock();
                 work.await;
             }

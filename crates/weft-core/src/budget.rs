@@ -46,6 +46,8 @@ const NANOS_PER_USD: f64 = 1e9;
 #[derive(Debug)]
 pub struct TurnBudget {
     started: Instant,
+    /// Time spent waiting for a person (approvals): the wall clock does not count it.
+    waiting: parking_lot::Mutex<Waiting>,
     max_wall_clock: Duration,
     max_llm_calls: u64,
     max_tool_calls: u64,
@@ -64,6 +66,29 @@ pub struct TurnBudget {
     cost_nano_usd: AtomicU64,
 }
 
+/// Waits for a person: how many are open now, since when, and how long closed ones took.
+#[derive(Debug, Default)]
+struct Waiting {
+    open: usize,
+    since: Option<Instant>,
+    total: Duration,
+}
+
+/// Held while the turn waits for a person; the wait ends when it is dropped.
+pub struct PersonWait<'a>(&'a TurnBudget);
+
+impl Drop for PersonWait<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.0.waiting.lock();
+        waiting.open = waiting.open.saturating_sub(1);
+        if waiting.open == 0 {
+            if let Some(since) = waiting.since.take() {
+                waiting.total += since.elapsed();
+            }
+        }
+    }
+}
+
 fn trip(reason: BudgetReason, limit: impl Into<f64>, observed: impl Into<f64>) -> BudgetTrip {
     BudgetTrip {
         reason,
@@ -80,6 +105,7 @@ impl TurnBudget {
     pub fn new(config: &AgentConfig) -> Self {
         TurnBudget {
             started: Instant::now(),
+            waiting: parking_lot::Mutex::default(),
             max_wall_clock: Duration::from_millis(config.max_wall_clock_ms),
             max_llm_calls: config.max_total_llm_calls,
             max_tool_calls: config.max_total_tool_calls,
@@ -103,8 +129,41 @@ impl TurnBudget {
         self.started
     }
 
+    /// When the wall clock runs out, as things stand (waits for a person push it back).
     pub fn deadline(&self) -> Instant {
-        self.started + self.max_wall_clock
+        self.started + self.max_wall_clock + self.waited()
+    }
+
+    /// The turn waits for a person from now until the returned guard is dropped; several
+    /// waits at once count once.
+    pub fn wait_for_person(&self) -> PersonWait<'_> {
+        let mut waiting = self.waiting.lock();
+        waiting.open += 1;
+        if waiting.open == 1 {
+            waiting.since = Some(Instant::now());
+        }
+        PersonWait(self)
+    }
+
+    /// How long the turn has waited for a person so far.
+    fn waited(&self) -> Duration {
+        let waiting = self.waiting.lock();
+        waiting.total + waiting.since.map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
+    /// Time the turn has run, waits for a person left out.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.waited())
+    }
+
+    /// Resolves once the wall clock has run out (not while the turn waits for a person).
+    pub async fn wall_clock_out(&self) {
+        loop {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(self.deadline())).await;
+            if self.check_wall_clock().is_err() {
+                return;
+            }
+        }
     }
 
     fn take(counter: &AtomicU64, limit: u64, reason: BudgetReason) -> Result<(), BudgetTrip> {
@@ -135,7 +194,7 @@ impl TurnBudget {
     }
 
     pub fn check_wall_clock(&self) -> Result<(), BudgetTrip> {
-        let elapsed = self.started.elapsed();
+        let elapsed = self.elapsed();
         if elapsed >= self.max_wall_clock {
             return Err(trip(
                 BudgetReason::WallClock,

@@ -15,7 +15,6 @@ use crate::turn::{finish, Turn};
 pub async fn run_classic_turn(mut spec: TurnSpec) -> TurnOutcome {
     let turn = Arc::new(Turn::new(&spec, &ENGINE));
     let history = std::mem::take(&mut spec.history);
-    let deadline = tokio::time::Instant::from_std(turn.budget.deadline());
     let run = async {
         let plan = match &spec.planner {
             Some(planner) => planner::plan(&turn, planner, &history, &spec.toolbelt).await,
@@ -27,7 +26,7 @@ pub async fn run_classic_turn(mut spec: TurnSpec) -> TurnOutcome {
     tokio::pin!(run);
     let (result, plan) = tokio::select! {
         result = &mut run => result,
-        () = tokio::time::sleep_until(deadline) => {
+        () = turn.budget.wall_clock_out() => {
             if let Err(trip) = turn.budget.check_wall_clock() {
                 turn.trip(trip);
             }

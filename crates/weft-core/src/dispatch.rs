@@ -14,7 +14,7 @@ use weft_protocol::{
     ToolResultMetadata, ToolResultStatus,
 };
 
-use crate::gate::GateDecision;
+use crate::gate::{Answer, GateDecision};
 use crate::level::Level;
 use crate::prompts;
 use crate::record::{ApprovalRequest, Call, RecordedResult};
@@ -475,12 +475,18 @@ async fn ask(
         .config
         .approval_timeout_ms
         .map(std::time::Duration::from_millis);
+    // A person's time is not the turn's: the wall clock stops while they decide.
+    let person = turn.budget.wait_for_person();
     let waited = tokio::select! {
         biased;
         () = turn.cancel.cancelled() => None,
         () = sleep_or_forever(timeout) => Some(None),
-        decision = reply => Some(Some(decision.unwrap_or(ApprovalDecision::Deny))),
+        answer = reply => Some(Some(answer.unwrap_or(Answer {
+            decision: ApprovalDecision::Deny,
+            reason: None,
+        }))),
     };
+    drop(person);
     let resolved = |outcome: ApprovalOutcome| {
         turn.recorder.approval_resolved(id, outcome);
         turn.events.emit(ServerEvent::ToolApprovalResolved {
@@ -504,16 +510,19 @@ async fn ask(
                     .with_approval(ApprovalStatus::TimedOut)
             })
         }
-        Some(Some(ApprovalDecision::Deny)) => {
+        Some(Some(Answer {
+            decision: ApprovalDecision::Deny,
+            reason,
+        })) => {
             resolved(ApprovalOutcome::Deny);
             Err(Settled {
                 status: ToolResultStatus::Rejected,
-                ..Settled::error(prompts::denied(name))
+                ..Settled::error(prompts::denied(name, reason.as_deref()))
             }
             .with_approval(ApprovalStatus::Rejected))
         }
-        Some(Some(decision)) => {
-            resolved(decision.into());
+        Some(Some(answer)) => {
+            resolved(answer.decision.into());
             Ok(ApprovalStatus::Approved)
         }
     }

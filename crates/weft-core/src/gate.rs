@@ -52,7 +52,15 @@ struct GateInner {
 struct Pending {
     tool_name: String,
     hitl: bool,
-    reply: oneshot::Sender<ApprovalDecision>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The user's answer to an approval request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub decision: ApprovalDecision,
+    /// Why, when they said (a denial's reason goes back to the model).
+    pub reason: Option<String>,
 }
 
 /// A pending approval as listed for callers (e.g. to re-send after a reconnect).
@@ -88,7 +96,10 @@ impl PermissionGate {
                 ids.iter().filter_map(|id| pending.remove(id)).collect()
             };
             for p in released {
-                let _ = p.reply.send(ApprovalDecision::Allow);
+                let _ = p.reply.send(Answer {
+                    decision: ApprovalDecision::Allow,
+                    reason: None,
+                });
             }
         }
     }
@@ -124,7 +135,7 @@ impl PermissionGate {
         tool_call_id: &str,
         tool_name: &str,
         hitl: bool,
-    ) -> oneshot::Receiver<ApprovalDecision> {
+    ) -> oneshot::Receiver<Answer> {
         let (tx, rx) = oneshot::channel();
         self.inner.pending.lock().insert(
             tool_call_id.to_owned(),
@@ -140,13 +151,23 @@ impl PermissionGate {
     /// Answer a pending approval. Returns false when no approval with that id is pending.
     /// `allow_for_chat` also adds the tool to this thread's allow set.
     pub fn respond(&self, tool_call_id: &str, decision: ApprovalDecision) -> bool {
+        self.answer(tool_call_id, decision, None)
+    }
+
+    /// [`PermissionGate::respond`], with the user's reason.
+    pub fn answer(
+        &self,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    ) -> bool {
         let Some(pending) = self.inner.pending.lock().remove(tool_call_id) else {
             return false;
         };
         if decision == ApprovalDecision::AllowForChat {
             self.allow_for_chat(&pending.tool_name);
         }
-        let _ = pending.reply.send(decision);
+        let _ = pending.reply.send(Answer { decision, reason });
         true
     }
 

@@ -78,9 +78,9 @@ impl HostedTurn {
         self.turn.cancel.cancelled().await
     }
 
-    /// When the turn's wall clock runs out.
-    pub fn deadline(&self) -> Instant {
-        self.turn.budget.deadline()
+    /// Resolves once the turn's wall clock has run out (waits for a person left out).
+    pub async fn wall_clock_out(&self) {
+        self.turn.budget.wall_clock_out().await
     }
 
     /// End the turn for running out of wall clock (if it has).

@@ -48,7 +48,7 @@ pub use calls::CallSite;
 pub use catalogue::ContextWindows;
 pub use cost::{ModelRate, RateCard};
 pub use events::{EventCallback, EventSink};
-pub use gate::{decide, GateDecision, PermissionGate};
+pub use gate::{decide, Answer, GateDecision, PermissionGate};
 pub use hosted::{HostedTurn, OpenCall};
 pub use memory::AgentMemory;
 pub use message::{ChatMessage, Role, ToolCallRequest};

@@ -61,8 +61,13 @@ propose the change instead and let the user switch modes."
     )
 }
 
-pub fn denied(tool: &str) -> String {
-    format!("denied: the user did not approve this {tool} call. Do not retry it unchanged; ask the user or take another approach.")
+pub fn denied(tool: &str, reason: Option<&str>) -> String {
+    let why = reason
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| format!(" Their reason: {r}"))
+        .unwrap_or_default();
+    format!("denied: the user did not approve this {tool} call.{why} Do not retry it unchanged; ask the user or take another approach.")
 }
 
 pub fn approval_timed_out(tool: &str) -> String {

@@ -86,7 +86,8 @@ pub struct AgentConfig {
     pub tool_parallelism: ToolParallelism,
     pub arg_validation: ArgValidation,
     pub tool_error_mode: ToolErrorMode,
-    /// How long an approval may wait before it reads as `timed_out`; none waits for the turn's wall clock.
+    /// How long an approval may wait before it reads as `timed_out` (none: for ever). The
+    /// time a person takes does not count against `max_wall_clock_ms`.
     pub approval_timeout_ms: Option<u64>,
     /// How long one tool call may run (approval waits excluded) before it is an error result.
     pub tool_timeout_ms: Option<u64>,
@@ -137,7 +138,7 @@ impl Default for AgentConfig {
             tool_parallelism: ToolParallelism::Parallel,
             arg_validation: ArgValidation::Strict,
             tool_error_mode: ToolErrorMode::Recover,
-            approval_timeout_ms: None,
+            approval_timeout_ms: Some(30 * 60 * 1000),
             tool_timeout_ms: Some(120_000),
             client_tool_timeout_ms: 60_000,
         }

@@ -63,6 +63,9 @@ pub enum ControlFrame {
     ToolApprovalResponse {
         tool_call_id: String,
         decision: ApprovalDecision,
+        /// Why (a denial's reason reaches the model with the call's result).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     ClientToolsManifest {
         tools: Vec<ClientTool>,

@@ -19,6 +19,8 @@ pub enum ApprovalStatus {
     Approved,
     Rejected,
     TimedOut,
+    /// It was still waiting when the server stopped.
+    Expired,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -16,6 +16,9 @@ use crate::record::views::{root_text, tree_from_items};
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
 
+/// The most of a reason for a decision the model is shown.
+const MAX_REASON_BYTES: usize = 1_000;
+
 /// How long deleting a thread waits for its running turn to stop and persist.
 const DELETE_WAIT: Duration = Duration::from_secs(10);
 
@@ -90,12 +93,14 @@ impl Runtime {
             .map_err(Refusal::internal)
     }
 
-    /// Answer a pending approval of one of `user`'s threads.
+    /// Answer a pending approval of one of `user`'s threads; a denial's `reason` reaches the
+    /// model with the call's result (and so the record).
     pub fn answer_approval(
         &self,
         user: &str,
         tool_call_id: &str,
         decision: ApprovalDecision,
+        reason: Option<String>,
     ) -> Result<(), Refusal> {
         let not_pending =
             || Refusal::invalid(format!("no approval `{}` is pending", echo(tool_call_id)));
@@ -110,7 +115,8 @@ impl Runtime {
                 "that approval belongs to another user's thread",
             ));
         }
-        if thread.gate.respond(tool_call_id, decision) {
+        let reason = reason.map(|r| weft_protocol::clip(&r, MAX_REASON_BYTES));
+        if thread.gate.answer(tool_call_id, decision, reason) {
             Ok(())
         } else {
             Err(not_pending())

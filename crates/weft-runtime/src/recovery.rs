@@ -9,7 +9,9 @@
 use std::collections::HashSet;
 
 use serde_json::json;
-use weft_protocol::{RecordEntry, INTERRUPTED_RESULT};
+use weft_protocol::{
+    ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus, INTERRUPTED_RESULT,
+};
 use weft_store::{ItemRow, Store, StoreError, WriteOp};
 
 use crate::record::views::{root_text, tree_from_items};
@@ -20,7 +22,8 @@ pub async fn close_interrupted_turns(store: &Store) -> Result<usize, StoreError>
     let running = store.running_turns().await?;
     for message in &running {
         let mut items = store.turn_items(&message.thread_id, &message.id).await?;
-        let synthetic = unanswered_calls(&items);
+        let waiting = store.pending_approval_ids(&message.thread_id).await?;
+        let synthetic = unanswered_calls(&items, &waiting);
         items.extend(synthetic.iter().cloned());
         let mut closed = message.clone();
         closed.content = json!(root_text(&items));
@@ -45,8 +48,9 @@ pub async fn close_interrupted_turns(store: &Store) -> Result<usize, StoreError>
 }
 
 /// A synthetic "interrupted" result for every call in `items` that has none, one row per
-/// level of the turn that has such calls.
-fn unanswered_calls(items: &[ItemRow]) -> Vec<ItemRow> {
+/// level of the turn that has such calls. A call that was `waiting` for its approval says
+/// so in its metadata: the approval expired.
+fn unanswered_calls(items: &[ItemRow], waiting: &[String]) -> Vec<ItemRow> {
     let answered: HashSet<String> = items
         .iter()
         .flat_map(entries)
@@ -67,12 +71,12 @@ fn unanswered_calls(items: &[ItemRow]) -> Vec<ItemRow> {
             .flatten()
             .filter(|c| !answered.contains(&c.id))
             .map(|call| RecordEntry::ToolResult {
+                metadata: waiting.contains(&call.id).then(|| expired(&call.id)),
                 tool_call_id: call.id,
                 call_id: call.call_id,
                 name: call.name,
                 result: INTERRUPTED_RESULT.to_owned(),
                 is_error: true,
-                metadata: None,
             })
             .collect();
         if results.is_empty() {
@@ -89,4 +93,18 @@ fn unanswered_calls(items: &[ItemRow]) -> Vec<ItemRow> {
         position += 1;
     }
     out
+}
+
+/// The metadata of a call whose approval was still pending when the server stopped.
+fn expired(id: &str) -> ToolResultMetadata {
+    ToolResultMetadata {
+        status: ToolResultStatus::Error,
+        started_at: 0.0,
+        completed_at: 0.0,
+        execution_time_ms: 0.0,
+        approval_status: ApprovalStatus::Expired,
+        approval_id: Some(id.to_owned()),
+        injected_args: Default::default(),
+        offloaded_artifact_id: None,
+    }
 }

@@ -80,7 +80,7 @@ impl Connection {
                 if data.agent_mode.is_some() || data.tools.is_some() || data.collections.is_some() {
                     tracing::debug!("ignoring deprecated agent_mode/tools/collections");
                 }
-                let mut request = TurnRequest::from_chat(data);
+                let mut request = TurnRequest::from_chat(data)?;
                 request.client_tools = Some(self.client_tools.clone());
                 let sink: Arc<dyn FrameSink> = self.outbox.clone();
                 runtime.start_turn(user, request, sink).await.map(|_| ())
@@ -110,7 +110,8 @@ impl Connection {
             ControlFrame::ToolApprovalResponse {
                 tool_call_id,
                 decision,
-            } => runtime.answer_approval(&self.user.id, &tool_call_id, decision),
+                reason,
+            } => runtime.answer_approval(&self.user.id, &tool_call_id, decision, reason),
             // Client-run `ui_*` tools join the toolbelt of this connection's editor turns.
             ControlFrame::ClientToolsManifest { tools } => {
                 self.client_tools.set(tools).map_err(Refusal::invalid)

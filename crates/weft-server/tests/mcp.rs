@@ -292,11 +292,17 @@ async fn plan_mode_refuses_mcp_tools_and_progress_can_be_off() {
 }
 
 #[tokio::test]
-async fn resources_and_prompts_are_read_tools_listing_what_there_is() {
+async fn resources_and_prompts_take_their_servers_category_and_list_what_there_is() {
     let server = start(10_000).await;
     let mut c = server.client().await;
-    // Read tools: they run without asking even in Plan mode.
+    // They reach the servers as their tools do: never in Plan mode...
     c.chat(None, "notes please", json!({"permission_mode": "plan"}))
+        .await;
+    let frames = c.turn().await;
+    let end = support::tool_end(&frames);
+    assert_eq!(end["metadata"]["status"], "rejected", "{end}");
+    // ...and without asking in Auto.
+    c.chat(None, "notes please", json!({"permission_mode": "auto"}))
         .await;
     let frames = c.turn().await;
     assert!(of_type(&frames, "tool_approval_request").is_empty());

@@ -203,8 +203,9 @@ async fn exercise(server: &TestServer) {
     assert!(!is_error, "{result}");
     assert!(result.contains("42"), "{result}");
 
-    // Resources and prompts are read tools: they run even in Plan mode, and the model sees
-    // what there is in their descriptions.
+    // Resources and prompts reach the server as its tools do: its category (external here),
+    // so they are refused in Plan mode and run in Auto; the model sees what there is in their
+    // descriptions.
     let (_, about) = offered(server)
         .into_iter()
         .find(|(n, _)| n == "mcp__read_resource")
@@ -217,6 +218,12 @@ async fn exercise(server: &TestServer) {
     c.chat(None, "resource please", json!({"permission_mode": "plan"}))
         .await;
     let frames = c.turn().await;
+    let (is_error, _, status) = end_of(&frames);
+    assert!(is_error);
+    assert_eq!(status, "rejected", "refused in Plan mode");
+    c.chat(None, "resource please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
     let (is_error, result, _) = end_of(&frames);
     assert!(!is_error, "{result}");
     assert!(result.contains("Resource 1"), "{result}");
@@ -225,7 +232,7 @@ async fn exercise(server: &TestServer) {
         .find(|(n, _)| n == "mcp__get_prompt")
         .unwrap();
     assert!(about.contains("args-prompt(city, state?)"), "{about}");
-    c.chat(None, "prompt please", json!({"permission_mode": "plan"}))
+    c.chat(None, "prompt please", json!({"permission_mode": "auto"}))
         .await;
     let frames = c.turn().await;
     let (is_error, result, _) = end_of(&frames);

@@ -37,4 +37,15 @@ impl Store {
         .await?;
         Ok(done.rows_affected())
     }
+
+    /// The ids of a thread's approvals still pending.
+    pub async fn pending_approval_ids(&self, thread_id: &str) -> Result<Vec<String>> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM approvals WHERE thread_id = $1 AND status = 'pending'",
+        )
+        .bind(thread_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
 }

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use weft_protocol::{ChatContext, ChatMessageData, MediaGeneration, MessageContent, PermissionMode};
 
 use crate::client_tools::ClientToolset;
+use crate::error::Refusal;
 
 /// Where a request goes: in this order, the saved workflow it names, the media it asks for,
 /// else the chat agent.
@@ -60,7 +61,14 @@ impl TurnRequest {
 
     /// A socket's `chat_message`, routed: `workflow_target: "workflow"` is a workflow run,
     /// `media_generation` with a mode other than `chat` is media, anything else the agent.
-    pub fn from_chat(data: ChatMessageData) -> TurnRequest {
+    /// Only a user speaks through it: any other `role` is refused.
+    pub fn from_chat(data: ChatMessageData) -> Result<TurnRequest, Refusal> {
+        if data.role != "user" {
+            return Err(Refusal::invalid(format!(
+                "role must be \"user\", not {:?}: a chat message is the user's",
+                weft_protocol::clip(&data.role, 32)
+            )));
+        }
         let context = data.chat_context();
         let route = if data.workflow_target.as_deref() == Some("workflow") {
             Route::Workflow {
@@ -72,7 +80,7 @@ impl TurnRequest {
         } else {
             Route::Chat { mode: data.mode }
         };
-        TurnRequest {
+        Ok(TurnRequest {
             thread_id: data.thread_id,
             content: data.content,
             route,
@@ -83,6 +91,6 @@ impl TurnRequest {
             context,
             memory: data.memory_enabled == Some(true),
             client_tools: None,
-        }
+        })
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use weft_core::ExecutionMode;
-use weft_protocol::{ErrorCode, PermissionMode};
+use weft_protocol::{AgentConfig, ErrorCode, PermissionMode};
 use weft_store::{new_id, now_ms, ThreadRow};
 
 use super::request::{Route, TurnRequest};
@@ -77,6 +77,7 @@ impl Runtime {
         let slot = self.admit(user)?;
         let existing = self.existing_thread(user, request.thread_id.as_deref()).await?;
         let setup = self.setup(user, &request, existing.as_ref()).await?;
+        code_mode_can_run(&mode, &setup.agent)?;
         let agent_change = request
             .agent
             .clone()
@@ -219,5 +220,28 @@ impl Runtime {
             message_id,
             cancel,
         })
+    }
+}
+
+/// Code mode runs neither the planner nor budget awareness: an agent that asks for either is
+/// refused there rather than run without them.
+fn code_mode_can_run(mode: &ModeChoice, agent: &AgentConfig) -> Result<(), Refusal> {
+    if !matches!(mode, ModeChoice::Registered(m) if m.name() == weft_codemode::CODE) {
+        return Ok(());
+    }
+    let unsupported = if agent.planning_enabled {
+        Some("planning_enabled")
+    } else if agent.budget_awareness.is_some() {
+        Some("budget_awareness")
+    } else {
+        None
+    };
+    match unsupported {
+        Some(field) => Err(Refusal::invalid(format!(
+            "agent `{}` sets {field}, which code mode does not do; use mode \"classic\" or \
+             another agent",
+            agent.name
+        ))),
+        None => Ok(()),
     }
 }

@@ -163,12 +163,11 @@ async fn run_hosted(
             return failed(format!("invalid_graph: {}", errors.join("; ")));
         }
     };
-    let deadline = tokio::time::Instant::from_std(hosted.deadline());
     let run = execute(&plan, params, &site, registry, &limits, job);
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => result,
-        () = tokio::time::sleep_until(deadline) => {
+        () = hosted.wall_clock_out() => {
             hosted.check_wall_clock();
             run.await
         }

@@ -40,7 +40,7 @@ pub struct PromptRequest {
 #[derive(Debug, Deserialize)]
 pub struct DecisionRequest {
     pub tool_call_id: String,
-    /// Accepted for the record of the caller; the model is told the call was denied.
+    /// Why: with a rejection, the model reads it in the call's result.
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -169,9 +169,6 @@ async fn decide(
 ) -> Rest<Response> {
     let runtime = &state.runtime;
     let message = owned_prompt(runtime, &user, &id).await?;
-    if let Some(reason) = body.reason.as_deref() {
-        tracing::info!(prompt = %id, reason = %weft_protocol::clip(reason, 200), "approval rejected");
-    }
     let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
     if thread.active_message().as_deref() != Some(id.as_str()) {
         return Err(ApiError::new(
@@ -182,7 +179,7 @@ async fn decide(
     // Listen before answering, so nothing that follows is missed.
     let (sink, mut frames) = waiter(runtime);
     thread.subscribe(sink);
-    runtime.answer_approval(&user.id, &body.tool_call_id, decision)?;
+    runtime.answer_approval(&user.id, &body.tool_call_id, decision, body.reason)?;
     wait(&mut frames, Some(&body.tool_call_id)).await;
     drop(frames);
     answer(runtime, &message.thread_id, &message.id).await

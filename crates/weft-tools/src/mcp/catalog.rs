@@ -1,7 +1,8 @@
 //! MCP resources and prompts for the model: `mcp__read_resource {server, uri}` and
 //! `mcp__get_prompt {server, name, arguments}`, offered when an allowed server has any, their
 //! descriptions listing what there is (capped, so a server with thousands of resources cannot
-//! swamp the prompt). Both only read: they run in every mode.
+//! swamp the prompt). Both reach the servers as their tools do, so they take the servers'
+//! category (`external` by default: they ask in Default mode and never run in Plan).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -168,6 +169,8 @@ struct CatalogTool {
     description: String,
     schema: Value,
     servers: Vec<Arc<Server>>,
+    /// Its servers' category: reading from them reaches outside as their tools do.
+    category: ToolCategory,
 }
 
 impl CatalogTool {
@@ -177,11 +180,18 @@ impl CatalogTool {
         schema: Value,
         servers: &[&(Arc<Server>, Catalog)],
     ) -> Self {
+        let categories: Vec<ToolCategory> = servers.iter().map(|(s, _)| s.category).collect();
+        // One category for every server it reaches: theirs when they agree, else `external`.
+        let category = match categories.split_first() {
+            Some((first, rest)) if rest.iter().all(|c| c == first) => *first,
+            _ => ToolCategory::External,
+        };
         CatalogTool {
             kind,
             description,
             schema,
             servers: servers.iter().map(|(s, _)| s.clone()).collect(),
+            category,
         }
     }
 
@@ -271,7 +281,7 @@ impl Tool for CatalogTool {
     }
 
     fn category(&self) -> ToolCategory {
-        ToolCategory::Read
+        self.category
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
