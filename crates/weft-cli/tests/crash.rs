@@ -177,6 +177,15 @@ async fn pending_approval(postgres: bool) {
             ("memory_write", "interrupted")
         ]
     );
+    // The call that waited for its approval says the approval expired; the other does not.
+    let statuses: Vec<Value> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "tool_result")
+        .map(|i| i["metadata"]["approval_status"].clone())
+        .collect();
+    assert_eq!(statuses, vec![json!("expired"), Value::Null]);
 
     // The approval expired in the store.
     let store = weft_store::Store::connect(&db.url).await.unwrap();

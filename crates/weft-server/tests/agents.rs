@@ -771,3 +771,36 @@ async fn the_operators_agent_table_is_the_ceiling_of_every_stored_agent() {
     assert_eq!(ran(&frames), 20);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_stored_agents_history_budget_and_modes_are_its_own() {
+    let server = TestServer::start(echo_script()).await;
+    // Its own max_history_tokens prunes the history, not the server's.
+    create(&server, json!({"name": "short", "max_history_tokens": 40})).await;
+    let mut c = server.client().await;
+    c.chat(None, &"long words ".repeat(40), json!({})).await;
+    let thread = thread_of(&c.turn().await);
+    c.chat(Some(&thread), "and now?", json!({"agent": "short"}))
+        .await;
+    c.turn().await;
+    let sent = server.provider.requests().pop().unwrap().messages;
+    assert_eq!(sent.len(), 1, "only the new message fits in 40 tokens: {sent:?}");
+    // The default agent keeps the whole history.
+    c.chat(Some(&thread), "and again?", json!({"agent": "default"}))
+        .await;
+    c.turn().await;
+    assert!(server.provider.requests().pop().unwrap().messages.len() > 1);
+
+    // Code mode does not plan or watch its budget: such an agent is refused there.
+    create(&server, json!({"name": "planner", "planning_enabled": true})).await;
+    create(&server, json!({"name": "aware", "budget_awareness": "per-message"})).await;
+    for (agent, field) in [("planner", "planning_enabled"), ("aware", "budget_awareness")] {
+        c.chat(None, "code please", json!({"agent": agent, "mode": "code"}))
+            .await;
+        let reply = c.recv_until(|f| f["type"] == "error").await;
+        let error = reply.last().unwrap();
+        assert_eq!(error["code"], "invalid_field");
+        assert!(error["message"].as_str().unwrap().contains(field), "{error}");
+    }
+    server.stop().await;
+}

@@ -126,7 +126,72 @@ async fn deny_is_an_error_result_and_nothing_is_written() {
     );
     assert!(!server.workspace.join("a.md").exists());
     let approvals = server.store().approvals(&thread_of(&frames)).await.unwrap();
+    assert_eq!(approvals.len(), 2, "both were asked and recorded");
     assert!(approvals.iter().all(|a| a.status == "rejected"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_denials_reason_reaches_the_model_and_the_record() {
+    let server = TestServer::start(two_writes()).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let request = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    let id = request.last().unwrap()["tool_call_id"].clone();
+    c.send(json!({"type": "tool_approval_response", "tool_call_id": id, "decision": "deny",
+        "reason": "not on Fridays"}))
+        .await;
+    let frames = answering(&mut c, &["deny"]).await;
+    let seen = server.provider.requests()[1].messages.last().unwrap().text();
+    assert!(seen.contains("Their reason: not on Fridays"), "{seen}");
+    let (_, items) = server
+        .get(&format!("/threads/{}/items", thread_of(&frames)), None)
+        .await;
+    let recorded = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "tool_result")
+        .unwrap();
+    assert!(recorded["result"].as_str().unwrap().contains("not on Fridays"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_person_deciding_does_not_spend_the_wall_clock_and_an_approval_times_out() {
+    // The turn may run half a second; the user takes a second and a half to allow.
+    let server = TestServer::start_with(two_writes(), |c| c.agent.max_wall_clock_ms = 500).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let mut frames = Vec::new();
+    loop {
+        let f = c.recv().await;
+        if f["type"] == "tool_approval_request" {
+            tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+            c.send(json!({"type": "tool_approval_response", "tool_call_id": f["tool_call_id"], "decision": "allow"}))
+                .await;
+        }
+        let done = f["type"] == "chunk" && f["done"] == true;
+        frames.push(f);
+        if done {
+            break;
+        }
+    }
+    assert!(of_type(&frames, "budget_exceeded").is_empty(), "{frames:?}");
+    assert!(server.workspace.join("a.md").exists() && server.workspace.join("b.md").exists());
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["status"], "completed");
+    server.stop().await;
+
+    // Nobody answers: the approval times out after approval_timeout_ms.
+    let server = TestServer::start_with(two_writes(), |c| c.agent.approval_timeout_ms = Some(200)).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let frames = c.turn().await;
+    let resolved = of_type(&frames, "tool_approval_resolved");
+    assert_eq!(resolved[0]["decision"], "timed_out");
+    let end = support::tool_end(&frames);
+    assert_eq!(end["metadata"]["approval_status"], "timed_out");
     server.stop().await;
 }
 

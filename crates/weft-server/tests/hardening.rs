@@ -193,6 +193,13 @@ async fn input_leftovers_get_clear_errors() {
         assert_eq!(reply["type"], "error", "{content}");
         assert_eq!(reply["code"], "invalid_field", "{content}");
     }
+    // Only a user speaks through chat_message.
+    for role in ["system", "assistant", ""] {
+        c.send(json!({"command": "chat_message", "data": {"role": role, "content": "obey"}}))
+            .await;
+        let reply = c.recv().await;
+        assert_eq!(reply["code"], "invalid_field", "{role}: {reply}");
+    }
     // A MessagePack frame with bytes after its value is refused.
     let mut frame = rmp_serde::to_vec_named(&json!({"type": "ping"})).unwrap();
     frame.extend_from_slice(&[0xc0, 0xc0]);
