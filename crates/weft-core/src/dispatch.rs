@@ -562,6 +562,7 @@ async fn run_tool(
         user_id: turn.user_id.clone(),
         workspace_root: turn.workspace_root.clone(),
         result_max_bytes: turn.config.tool_result_max_bytes,
+        read_max_bytes: turn.config.read_file_max_bytes,
         cancel: turn.cancel.clone(),
         events: turn.events.clone(),
         memory: turn.memory.clone(),

@@ -26,9 +26,11 @@ pub struct ToolContext {
     pub user_id: Arc<str>,
     /// This user's workspace; workspace tools must stay inside it.
     pub workspace_root: Option<Arc<Path>>,
-    /// The most bytes of a result the model will see: tools that can stop early (reads)
-    /// stop there and report the true size.
+    /// The most bytes of a result the model sees at once (a longer one is offloaded whole
+    /// and paged, or cut).
     pub result_max_bytes: usize,
+    /// The most bytes a tool reads in one call (`read_file`).
+    pub read_max_bytes: usize,
     pub cancel: CancellationToken,
     pub events: EventSink,
     pub memory: AgentMemory,

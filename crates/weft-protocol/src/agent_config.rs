@@ -72,6 +72,9 @@ pub struct AgentConfig {
     pub max_total_tool_calls: u64,
     pub max_wall_clock_ms: u64,
     pub tool_result_max_bytes: usize,
+    /// The most bytes `read_file` reads in one call (a longer result is offloaded whole and
+    /// paged with `read_artifact`; a bigger file is read in parts with `offset`/`length`).
+    pub read_file_max_bytes: usize,
     /// Cumulative bytes of tool results fed back to the model in one turn.
     pub max_total_result_bytes: u64,
     pub max_history_tokens: u64,
@@ -128,6 +131,7 @@ impl Default for AgentConfig {
             max_total_tool_calls: 200,
             max_wall_clock_ms: 180_000,
             tool_result_max_bytes: 50_000,
+            read_file_max_bytes: 16 << 20,
             max_total_result_bytes: 4_000_000,
             max_history_tokens: 128_000,
             max_turn_tokens: None,

@@ -49,6 +49,7 @@ const LIMITS: &[Limit] = &[
     always!(max_total_tool_calls, u64),
     always!(max_wall_clock_ms, u64),
     always!(tool_result_max_bytes, usize),
+    always!(read_file_max_bytes, usize),
     always!(max_total_result_bytes, u64),
     always!(max_history_tokens, u64),
     optional!(max_turn_tokens, u64),

@@ -804,3 +804,38 @@ async fn a_stored_agents_history_budget_and_modes_are_its_own() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn read_file_reads_past_the_result_cap_and_its_result_is_offloaded() {
+    let server = TestServer::start_with(
+        json!({"conversations": [
+            {"match": "big", "steps": [
+                {"tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}]},
+                {"tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt", "offset": 204_700, "length": 100}}]},
+                {"tool_calls": [{"name": "read_file", "arguments": {"path": "huge.txt"}}]},
+                {"text": "read"}]},
+        ]}),
+        |c| c.agent.read_file_max_bytes = 300 << 10,
+    )
+    .await;
+    let body: String = (0..204_800).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    std::fs::write(server.workspace.join("big.txt"), &body).unwrap();
+    std::fs::write(server.workspace.join("huge.txt"), vec![b'x'; 400 << 10]).unwrap();
+    let mut c = server.client().await;
+    c.chat(None, "big", json!({"permission_mode": "auto"})).await;
+    let frames = c.turn().await;
+    let ends: Vec<&Value> = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .filter(|f| f["status"] == "end")
+        .collect();
+    // The whole file was read, so it could be kept whole and paged.
+    let artifact = ends[0]["metadata"]["offloaded_artifact_id"].as_str();
+    assert!(artifact.is_some(), "{}", ends[0]);
+    // A part, by offset and length.
+    assert_eq!(ends[1]["result"], json!(&body[204_700..]));
+    // Past read_file_max_bytes: an error naming the size.
+    assert_eq!(ends[2]["is_error"], true);
+    let error = ends[2]["result"].as_str().unwrap();
+    assert!(error.contains("409600 bytes") && error.contains("read_file_max_bytes"), "{error}");
+    server.stop().await;
+}

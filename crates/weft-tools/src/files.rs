@@ -3,7 +3,6 @@
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use weft_core::truncate::truncate_known_size;
 use weft_core::{Tool, ToolContext, ToolError};
 
 use crate::workspace::{Refused, Workspace};
@@ -36,18 +35,34 @@ pub struct ReadFile;
 impl Tool for ReadFile {
     weft_core::tool_meta! {
         name: "read_file",
-        description: "Read a text file from the workspace. `path` is relative to the workspace root.",
+        description: "Read a text file from the workspace. `path` is relative to the workspace root; \
+`offset` and `length` (bytes) read a part of a big file.",
         class: WorkspaceWrite,
         category: Read,
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string", "description": "Path relative to the workspace root."}}, "required": ["path"]}),
+        parameters: json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "Path relative to the workspace root."},
+            "offset": {"type": "integer", "minimum": 0, "description": "The byte to start at (default 0)."},
+            "length": {"type": "integer", "minimum": 1, "description": "How many bytes to read (default: to the end)."}
+        }, "required": ["path"]}),
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;
-        // Never more than the model will see, however big the file.
-        let cap = ctx.result_max_bytes;
-        let read = in_workspace(ctx, move |ws| ws.read(&relative, cap)).await?;
-        let text = String::from_utf8_lossy(&read.bytes).into_owned();
-        Ok(truncate_known_size(text, cap, read.size))
+        let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
+        let length = args.get("length").and_then(Value::as_u64);
+        let max = ctx.read_max_bytes;
+        // One byte past the bound tells a file that is too big from one that just fits.
+        let wanted = length.map_or(max.saturating_add(1), |l| (l as usize).min(max));
+        let read = in_workspace(ctx, move |ws| ws.read(&relative, offset, wanted)).await?;
+        if length.is_none() && read.bytes.len() > max {
+            return Err(ToolError::model(format!(
+                "the file is {} bytes, over the {max} bytes read_file reads at once \
+                 ([agent] read_file_max_bytes); read it in parts with `offset` and `length`",
+                read.size
+            )));
+        }
+        // The whole part: a result longer than the model sees at once is kept whole and
+        // paged with read_artifact.
+        Ok(String::from_utf8_lossy(&read.bytes).into_owned())
     }
 }
 

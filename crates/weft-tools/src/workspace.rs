@@ -5,7 +5,7 @@
 //! blocking), and files with more than one hard link are refused, since another link may
 //! lead outside.
 
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 
 use cap_std::ambient_authority;
@@ -37,11 +37,11 @@ impl Workspace {
     }
 
     /// Read at most `cap` bytes of the regular file at `relative`.
-    pub fn read(&self, relative: &str, cap: usize) -> Result<FileStart, Refused> {
+    pub fn read(&self, relative: &str, offset: u64, max: usize) -> Result<FileStart, Refused> {
         let path = clean(relative)?;
         let mut options = OpenOptions::new();
         options.read(true).custom_flags(libc::O_NONBLOCK);
-        let file = self
+        let mut file = self
             .dir
             .open_with(&path, &options)
             .map_err(|e| refusal(relative, &e))?;
@@ -49,8 +49,12 @@ impl Workspace {
             .metadata()
             .map_err(|e| Refused(format!("cannot read {relative}: {e}")))?;
         check_regular(relative, meta.is_file(), meta.nlink())?;
-        let mut bytes = Vec::with_capacity((meta.len() as usize).min(cap));
-        file.take(cap as u64)
+        let from = offset.min(meta.len());
+        file.seek(SeekFrom::Start(from))
+            .map_err(|e| Refused(format!("cannot read {relative}: {e}")))?;
+        let wanted = (meta.len() - from).min(max as u64);
+        let mut bytes = Vec::with_capacity(wanted as usize);
+        file.take(wanted)
             .read_to_end(&mut bytes)
             .map_err(|e| Refused(format!("cannot read {relative}: {e}")))?;
         Ok(FileStart {
@@ -164,7 +168,7 @@ mod tests {
             ("", "required"),
             (".", "workspace itself"),
         ] {
-            let e = ws.read(path, 10).unwrap_err().0;
+            let e = ws.read(path, 0, 10).unwrap_err().0;
             assert!(e.contains(says), "{path}: {e}");
         }
     }
@@ -178,7 +182,7 @@ mod tests {
             b"hello"
         );
         ws.write("notes/today/a.md", b"hi").unwrap();
-        let read = ws.read("notes/today/a.md", 100).unwrap();
+        let read = ws.read("notes/today/a.md", 0, 100).unwrap();
         assert_eq!((read.bytes, read.size), (b"hi".to_vec(), 2));
     }
 
@@ -186,8 +190,10 @@ mod tests {
     fn reads_stop_at_the_cap_and_report_the_size() {
         let (dir, ws) = ws();
         std::fs::write(dir.path().join("big"), vec![b'x'; 10_000]).unwrap();
-        let read = ws.read("big", 100).unwrap();
+        let read = ws.read("big", 0, 100).unwrap();
         assert_eq!((read.bytes.len(), read.size), (100, 10_000));
+        let tail = ws.read("big", 9_950, 100).unwrap();
+        assert_eq!((tail.bytes.len(), tail.size), (50, 10_000));
     }
 
     #[test]
@@ -198,18 +204,18 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("file_link"))
             .unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("dir_link")).unwrap();
-        assert!(ws.read("file_link", 10).is_err());
-        assert!(ws.read("dir_link/secret", 10).is_err());
+        assert!(ws.read("file_link", 0, 10).is_err());
+        assert!(ws.read("dir_link/secret", 0, 10).is_err());
         assert!(ws.write("dir_link/new.txt", b"x").is_err());
         assert!(!outside.path().join("new.txt").exists());
         // A relative link that stays inside is fine; an absolute one is refused even when it
         // points inside (the capability has no notion of the host's root).
         std::fs::write(dir.path().join("real"), "r").unwrap();
         std::os::unix::fs::symlink("real", dir.path().join("inner_link")).unwrap();
-        assert_eq!(ws.read("inner_link", 10).unwrap().bytes, b"r");
+        assert_eq!(ws.read("inner_link", 0, 10).unwrap().bytes, b"r");
         std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("absolute_link"))
             .unwrap();
-        assert!(ws.read("absolute_link", 10).is_err());
+        assert!(ws.read("absolute_link", 0, 10).is_err());
     }
 
     #[test]
@@ -220,7 +226,7 @@ mod tests {
         std::fs::write(&target, "root:x").unwrap();
         // Same filesystem (both under the temp dir): a hard link to an outside inode.
         if std::fs::hard_link(&target, dir.path().join("linked")).is_ok() {
-            assert!(ws.read("linked", 10).unwrap_err().0.contains("hard links"));
+            assert!(ws.read("linked", 0, 10).unwrap_err().0.contains("hard links"));
             assert!(ws
                 .write("linked", b"pwned")
                 .unwrap_err()
@@ -233,7 +239,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         // Neither blocks: a FIFO with no writer opens at once and is refused.
         assert!(ws
-            .read("pipe", 10)
+            .read("pipe", 0, 10)
             .unwrap_err()
             .0
             .contains("not a regular file"));
@@ -243,6 +249,6 @@ mod tests {
             .0
             .contains("not a regular file"));
         std::fs::create_dir(dir.path().join("sub")).unwrap();
-        assert!(ws.read("sub", 10).is_err());
+        assert!(ws.read("sub", 0, 10).is_err());
     }
 }

@@ -19,6 +19,7 @@ fn ctx(root: Option<&Path>) -> ToolContext {
         user_id: Arc::from("tester"),
         workspace_root: root.map(Arc::from),
         result_max_bytes: 50_000,
+        read_max_bytes: 16 << 20,
         cancel: CancellationToken::new(),
         events: EventSink::detached(),
         memory: AgentMemory::new(),

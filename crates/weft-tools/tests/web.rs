@@ -24,6 +24,7 @@ fn ctx() -> ToolContext {
         user_id: Arc::from("tester"),
         workspace_root: None,
         result_max_bytes: 50_000,
+        read_max_bytes: 16 << 20,
         cancel: CancellationToken::new(),
         events: EventSink::detached(),
         memory: AgentMemory::new(),
