@@ -45,7 +45,9 @@ pub async fn start(
     let config_path = dir.path().join("weft.toml");
     std::fs::write(&config_path, config).map_err(|e| e.to_string())?;
     let workspace: PathBuf = dir.path().join("workspace");
-    let mut child = tokio::process::Command::new(bin)
+    // The child runs in the temporary directory: a relative binary path is ours.
+    let bin = std::fs::canonicalize(bin).map_err(|e| format!("cannot find {}: {e}", bin.display()))?;
+    let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&config_path)
         .env("WEFT_SCRIPT", &script_path)
