@@ -169,6 +169,19 @@ pub enum AgentConfigError {
     },
 }
 
+/// How a server knows a tool name an agent config uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolAvailability {
+    /// No tool of that name could reach a turn.
+    Unknown,
+    /// A tool of the server's (built in, configured, or of an allowed MCP server): an
+    /// agent has it when its allow-list does.
+    Configured,
+    /// A tool that joins a turn beside the agent's allow-list when the turn asks for it
+    /// (memory, the client's `ui_*` tools, parallel sub-agents).
+    PerTurn,
+}
+
 impl AgentConfigError {
     /// The field at fault.
     pub fn field(&self) -> &str {
@@ -332,20 +345,26 @@ impl AgentConfig {
         Ok(())
     }
 
-    /// Check the tool names against the tools the server has (`available`): the allow-list
-    /// must name existing tools, and every `hitl_tools` name must be one of the agent's.
-    pub fn validate_tools(&self, available: &[&str]) -> Result<(), AgentConfigError> {
+    /// Check the tool names against the tools the server could give (`known` says how a
+    /// name is known): the allow-list must name such tools, and every `hitl_tools` name
+    /// must be one the agent could be given: on its allow-list, or a tool that joins a turn
+    /// beside it ([`ToolAvailability::PerTurn`]).
+    pub fn validate_tools(
+        &self,
+        known: impl Fn(&str) -> ToolAvailability,
+    ) -> Result<(), AgentConfigError> {
         if let Some(tools) = &self.tools {
-            if let Some(missing) = tools.iter().find(|t| !available.contains(&t.as_str())) {
+            if let Some(missing) = tools.iter().find(|t| known(t) == ToolAvailability::Unknown) {
                 return Err(AgentConfigError::UnknownTool(crate::clip(missing, 64)));
             }
         }
-        let own = |name: &str| {
-            available.contains(&name)
-                && self
-                    .tools
-                    .as_ref()
-                    .is_none_or(|tools| tools.iter().any(|t| t == name))
+        let own = |name: &str| match known(name) {
+            ToolAvailability::Unknown => false,
+            ToolAvailability::PerTurn => true,
+            ToolAvailability::Configured => self
+                .tools
+                .as_ref()
+                .is_none_or(|tools| tools.iter().any(|t| t == name)),
         };
         match self.hitl_tools.iter().find(|name| !own(name)) {
             Some(missing) => Err(AgentConfigError::UnknownHitlTool(crate::clip(missing, 64))),

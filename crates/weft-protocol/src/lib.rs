@@ -13,7 +13,7 @@ pub mod types;
 
 pub use agent_config::{
     parse_model, AgentConfig, AgentConfigError, ArgValidation, BudgetAwareness, InjectedArgs,
-    ToolErrorMode, ToolParallelism, DEFAULT_AGENT,
+    ToolAvailability, ToolErrorMode, ToolParallelism, DEFAULT_AGENT,
 };
 pub use command::{
     ChatMessageData, ClientCommand, CommandEnvelope, MediaGeneration, ResumeChatData,

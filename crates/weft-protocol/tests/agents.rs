@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{json, Value};
-use weft_protocol::AgentConfig;
+use weft_protocol::{AgentConfig, ToolAvailability};
 
 const EXAMPLE: &str = include_str!("../../../web-fixtures/agents/ops-supervisor.json");
 const GOLDEN: &str = include_str!("../../../web-fixtures/agents/ops-supervisor.full.json");
@@ -99,7 +99,7 @@ fn invalid_values_name_their_field() {
     let config: AgentConfig =
         serde_json::from_value(json!({"hitl_tools": ["deploy_service"]})).unwrap();
     assert_eq!(
-        config.validate_tools(&["read_file"]).unwrap_err().field(),
+        config.validate_tools(among(&["read_file"])).unwrap_err().field(),
         "hitl_tools"
     );
     let config: AgentConfig =
@@ -107,10 +107,34 @@ fn invalid_values_name_their_field() {
             .unwrap();
     assert_eq!(
         config
-            .validate_tools(&["read_file", "write_file"])
+            .validate_tools(among(&["read_file", "write_file"]))
             .unwrap_err()
             .field(),
         "hitl_tools",
         "a hitl tool must be one of the agent's own"
     );
+}
+
+/// The server's tools are `names`, with `remember` joining turns beside the allow-list.
+fn among<'a>(names: &'a [&'a str]) -> impl Fn(&str) -> ToolAvailability + 'a {
+    move |name| {
+        if name == "remember" {
+            ToolAvailability::PerTurn
+        } else if names.contains(&name) {
+            ToolAvailability::Configured
+        } else {
+            ToolAvailability::Unknown
+        }
+    }
+}
+
+#[test]
+fn hitl_may_name_a_per_turn_tool_the_allow_list_leaves_out() {
+    let config: AgentConfig =
+        serde_json::from_value(json!({"tools": ["read_file"], "hitl_tools": ["remember"]}))
+            .unwrap();
+    assert!(config.validate_tools(among(&["read_file"])).is_ok());
+    let config: AgentConfig =
+        serde_json::from_value(json!({"tools": ["remember"]})).unwrap();
+    assert!(config.validate_tools(among(&[])).is_ok());
 }

@@ -7,7 +7,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use weft_protocol::{
     decode_inbound, AgentConfig, ClientCommand, ErrorCode, InboundFrame, PermissionMode,
-    ServerEvent, ServerFrame,
+    ServerEvent, ServerFrame, ToolAvailability,
 };
 
 fn fixtures() -> Vec<(String, Value)> {
@@ -142,9 +142,9 @@ fn agent_config_round_trips_with_seed_004_fields() {
         serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
     assert_eq!(again, config);
     assert!(config
-        .validate_tools(&["deploy_service", "rotate_credentials"])
+        .validate_tools(|n| known(n, &["deploy_service", "rotate_credentials"]))
         .is_ok());
-    assert!(config.validate_tools(&["deploy_service"]).is_err());
+    assert!(config.validate_tools(|n| known(n, &["deploy_service"])).is_err());
 }
 
 #[test]
@@ -174,4 +174,12 @@ fn permission_modes_parse_by_name() {
         Some("auto")
     );
     assert_eq!(PermissionMode::parse("yolo"), None);
+}
+
+fn known(name: &str, names: &[&str]) -> ToolAvailability {
+    if names.contains(&name) {
+        ToolAvailability::Configured
+    } else {
+        ToolAvailability::Unknown
+    }
 }

@@ -58,7 +58,9 @@ pub fn parse(state: &Runtime, body: &Value) -> Result<AgentConfig, (String, Stri
     config.inherit_limits(&state.agent, |field| body.get(field).is_some());
     config.validate().map_err(check)?;
     config.check_within(&state.agent).map_err(check)?;
-    config.validate_tools(&state.tool_names()).map_err(check)?;
+    config
+        .validate_tools(|name| state.tool_availability(name))
+        .map_err(check)?;
     Ok(config)
 }
 

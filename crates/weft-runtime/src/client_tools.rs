@@ -69,6 +69,16 @@ impl ClientToolset {
     }
 }
 
+/// A name a client may give its tool: `ui_` then lowercase letters, digits and `_`.
+pub fn is_client_tool_name(name: &str) -> bool {
+    name.starts_with("ui_")
+        && name.len() > 3
+        && name.len() <= MAX_NAME_CHARS
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 /// Every entry is named `ui_…`, at most once, and has an object schema that compiles.
 fn check_manifest(tools: &[ClientTool]) -> Result<(), String> {
     if tools.len() > MAX_CLIENT_TOOLS {
@@ -80,13 +90,7 @@ fn check_manifest(tools: &[ClientTool]) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
     for tool in tools {
         let name = &tool.name;
-        let well_formed = name.starts_with("ui_")
-            && name.len() > 3
-            && name.len() <= MAX_NAME_CHARS
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !well_formed {
+        if !is_client_tool_name(name) {
             return Err(format!(
                 "client tool `{}`: names are `ui_` then lowercase letters, digits and `_` (at most {MAX_NAME_CHARS})",
                 weft_protocol::echo(name)

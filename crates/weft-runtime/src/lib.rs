@@ -22,6 +22,7 @@ pub mod recovery;
 pub mod replay;
 pub mod runtime;
 pub mod threads;
+mod tool_names;
 pub mod turn;
 pub mod workflows;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_core::{
-    compose_toolbelt, prompts, ContextWindows, ModeRegistry, RateCard, Tool, ToolPolicy,
+    compose_toolbelt, ContextWindows, ModeRegistry, RateCard, Tool, ToolPolicy,
     Toolbelt,
 };
 use weft_protocol::{AgentConfig, ChatContext, ErrorCode, PolicyClass};
@@ -96,7 +96,7 @@ struct McpState {
 }
 
 /// How every MCP tool's name starts.
-const MCP_PREFIX: &str = "mcp__";
+pub(crate) const MCP_PREFIX: &str = "mcp__";
 
 /// The user when no keys are configured on a loopback bind.
 pub const LOCAL_USER: &str = "local";
@@ -133,20 +133,13 @@ impl Runtime {
         ];
         let thread_toolbelt = compose_toolbelt(&tools.all, &policies[0], &ChatContext::Thread);
         let editor_toolbelt = compose_toolbelt(&tools.all, &policies[1], &editor_context());
-        // A misspelt `hitl_tools` name would silently turn an approval off.
-        let mut names = thread_toolbelt.names();
-        names.extend(editor_toolbelt.names());
-        config
-            .agent
-            .validate_tools(&names)
-            .map_err(|e| StartupError::Config(e.to_string()))?;
         let mut rate_card = RateCard::with_common_models();
         rate_card.merge(&config.pricing);
         let mut context_windows = ContextWindows::with_common_models();
         context_windows.merge(&config.context_windows);
         let mut modes = ModeRegistry::new();
         modes.register(Arc::new(weft_codemode::CodeMode::new(config.code)));
-        Ok(Arc::new(Runtime {
+        let runtime = Arc::new(Runtime {
             agent: Arc::new(config.agent.clone()),
             rate_card: Arc::new(rate_card),
             context_windows,
@@ -177,20 +170,19 @@ impl Runtime {
             workspace_root: Some(workspace),
             subscribers: SubscriberIds::default(),
             config,
-        }))
+        });
+        // A misspelt `hitl_tools` name would silently turn an approval off.
+        runtime
+            .agent
+            .validate_tools(|name| runtime.tool_availability(name))
+            .map_err(|e| StartupError::Config(format!("[agent] {e}")))?;
+        Ok(runtime)
     }
 
-    /// Every tool name any session may have (for checking agent configs), the parallel
-    /// sub-agent tool included.
-    pub fn tool_names(&self) -> Vec<&str> {
-        let mut names = self.thread_toolbelt.names();
-        for name in self.editor_toolbelt.names() {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        names.push(prompts::RUN_PARALLEL_SUBAGENTS);
-        names
+
+    /// An allowed MCP server that has not listed its tools yet.
+    pub(crate) fn mcp_unlisted(&self, server: &str) -> bool {
+        self.mcp.tools.is_unlisted(server)
     }
 
     /// The allowed MCP servers: name, connected now, tools offered.
@@ -270,7 +262,7 @@ impl Runtime {
     }
 }
 
-fn editor_context() -> ChatContext {
+pub(crate) fn editor_context() -> ChatContext {
     ChatContext::Editor { workflow_id: None }
 }
 

@@ -839,3 +839,36 @@ async fn read_file_reads_past_the_result_cap_and_its_result_is_offloaded() {
     assert!(error.contains("409600 bytes") && error.contains("read_file_max_bytes"), "{error}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_stored_agent_naming_a_tool_the_server_dropped_is_refused_at_turn_start() {
+    let server = TestServer::start(echo_script()).await;
+    // Tools that join a turn beside the allow-list may be named for approval.
+    create(
+        &server,
+        json!({"name": "careful", "tools": ["read_file"], "hitl_tools": ["remember", "read_file"]}),
+    )
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "hello", json!({"agent": "careful"})).await;
+    assert_eq!(text_of(&c.turn().await), "ok");
+
+    // Saved when the server still had `deploy_service`; the configuration has dropped it.
+    let config = json!({"name": "careful", "hitl_tools": ["deploy_service"]});
+    assert!(server
+        .store()
+        .update_agent("local", "careful", &config.to_string())
+        .await
+        .unwrap());
+    c.chat(None, "hello again", json!({"agent": "careful"})).await;
+    let reply = c.recv_until(|f| f["type"] == "error").await;
+    let error = reply.last().unwrap();
+    assert_eq!(error["code"], "invalid_field");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("careful") && message.contains("hitl_tools") && message.contains("deploy_service"),
+        "{message}"
+    );
+    assert!(of_type(&reply, "turn_started").is_empty(), "nothing started: {reply:?}");
+    server.stop().await;
+}

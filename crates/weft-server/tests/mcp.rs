@@ -411,3 +411,35 @@ async fn a_server_that_never_answers_does_not_hold_up_the_others() {
     assert_eq!(server.last_tool_result(), "echo: hi");
     server.stop().await;
 }
+
+/// A server configured with `hitl_tools`, started as `weft serve` would.
+async fn start_up(hitl_tools: &[&str]) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = weft_server::Config::default();
+    config.policy.workspace_root = dir.path().join("workspace");
+    config.assets.dir = dir.path().join("assets");
+    // A server that is not there yet: its tools are listed once it answers.
+    let mut ghost = server_config("ghost", None, 200);
+    ghost.command = Some(dir.path().join("not-installed-yet").display().to_string());
+    config.mcp.servers = vec![ghost];
+    config.policy.allowed_mcp_servers = vec!["ghost".into()];
+    config.agent.hitl_tools = hitl_tools.iter().map(|t| t.to_string()).collect();
+    let db = weft_store::testing::TestDb::sqlite(dir.path()).await.unwrap();
+    let providers = config.build_providers().unwrap();
+    let addr = "127.0.0.1:0".parse().unwrap();
+    weft_server::ServerState::start(config, db.store.clone(), providers, addr)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn hitl_tools_may_name_a_tool_of_an_mcp_server_still_connecting_but_not_a_stranger() {
+    start_up(&["mcp__ghost__deploy", "remember", "ui_confirm", "write_file"])
+        .await
+        .unwrap();
+    for name in ["mcp__elsewhere__deploy", "deploy_service"] {
+        let error = start_up(&[name]).await.unwrap_err();
+        assert!(error.contains("hitl_tools") && error.contains(name), "{error}");
+    }
+}

@@ -65,6 +65,11 @@ pub fn collection_tools(knowledge: &Arc<dyn KnowledgeBase>) -> Vec<Arc<dyn Tool>
     ]
 }
 
+/// The names of the memory tools.
+pub const MEMORY_TOOLS: [&str; 2] = [REMEMBER, RECALL];
+const REMEMBER: &str = "remember";
+const RECALL: &str = "recall";
+
 /// `remember` and `recall`, for turns with long-term memory.
 pub fn memory_tools(knowledge: &Arc<dyn KnowledgeBase>) -> Vec<Arc<dyn Tool>> {
     vec![
@@ -162,7 +167,7 @@ by document and title.",
 #[async_trait]
 impl Tool for Remember {
     fn name(&self) -> &str {
-        "remember"
+        REMEMBER
     }
     fn description(&self) -> &str {
         "Keep a fact about the user or their work in long-term memory, for later conversations."
@@ -191,7 +196,7 @@ impl Tool for Remember {
 #[async_trait]
 impl Tool for Recall {
     weft_core::tool_meta! {
-        name: "recall",
+        name: RECALL,
         description: "Look up facts from long-term memory that match a query.",
         class: Knowledge,
         category: Read,

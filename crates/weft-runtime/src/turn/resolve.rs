@@ -31,6 +31,7 @@ impl Runtime {
     ) -> Result<Setup, Refusal> {
         let thread_agent = existing.and_then(|row| row.agent.as_deref());
         let agent = agents::resolve(self, user, request.agent.as_deref(), thread_agent).await?;
+        self.check_agent_tools(&agent)?;
         let (provider_name, provider, model) = self.pick_model(request, &agent)?;
         let planner = self.planner_of(&agent, &provider, &model)?;
         Ok(Setup {
