@@ -58,7 +58,7 @@ pub use provider::{
     ProviderStream, ToolSpec, Usage,
 };
 pub use record::{
-    new_call_id, ApprovalRequest, Call, NoRecord, Place, RecordedResult, Recorder,
+    new_call_id, ApprovalRequest, Call, ModelCallRecord, NoRecord, Place, RecordedResult, Recorder,
 };
 pub use scope::TurnScope;
 pub use tokens::{bytes_bound, TokenCounter};
@@ -68,4 +68,4 @@ pub use toolbelt::{
 };
 pub use tree::{ToolCallRecord, TreeBuilder};
 pub use classic::run_classic_turn;
-pub use spec::{ModelCallRecord, PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
+pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};

@@ -31,6 +31,21 @@ pub struct RecordedResult {
     pub metadata: ToolResultMetadata,
 }
 
+/// One provider call, for accounting, whichever model made it (the planner's included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCallRecord {
+    pub provider: String,
+    pub model: String,
+    pub depth: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Tool calls the response asked for.
+    pub tool_calls: u32,
+    pub cost_usd: f64,
+    pub duration_ms: f64,
+    pub error: Option<String>,
+}
+
 /// Receives the record of a turn as it happens. Calls come from the loop's own tasks, in
 /// order per level; implementations must not block.
 pub trait Recorder: Send + Sync {
@@ -47,6 +62,8 @@ pub trait Recorder: Send + Sync {
     fn approval_requested(&self, _request: &ApprovalRequest<'_>) {}
     /// An approval request ended.
     fn approval_resolved(&self, _id: &str, _outcome: ApprovalOutcome) {}
+    /// A provider call ended (however it ended).
+    fn model_call(&self, _call: &ModelCallRecord) {}
 }
 
 /// A call waiting for the user's approval, as the record keeps it.

@@ -9,7 +9,7 @@ use weft_protocol::ServerEvent;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
 use crate::level::Level;
-use crate::spec::ModelCallRecord;
+use crate::record::ModelCallRecord;
 use crate::turn::Turn;
 
 pub(crate) struct Sampled {
@@ -57,6 +57,7 @@ pub(crate) async fn sample(
         level,
         started,
         usage: Usage::default(),
+        tool_calls: 0,
     };
 
     // The work is polled first: cancellation only registers a waiter when the work is pending.
@@ -128,6 +129,7 @@ pub(crate) async fn sample(
                     turn.trip(trip);
                     return Err(call.close(Some("output cap reached"), SampleError::Stopped));
                 }
+                call.tool_calls += 1;
                 tool_calls.push(call_request)
             }
             Some(Ok(ProviderEvent::Usage(usage))) => call.usage.add(usage),
@@ -148,15 +150,19 @@ struct CallAccount<'a> {
     level: &'a Level,
     started: Instant,
     usage: Usage,
+    tool_calls: u32,
 }
 
 impl CallAccount<'_> {
     fn close<T>(&mut self, error: Option<&str>, value: T) -> T {
         let cost = self.turn.rate_card.cost(&self.level.llm.model, self.usage);
         self.turn.record_model_call(ModelCallRecord {
+            provider: self.level.llm.provider.name().to_owned(),
+            model: self.level.llm.model.to_string(),
             depth: self.level.depth,
             input_tokens: self.usage.input_tokens,
             output_tokens: self.usage.output_tokens,
+            tool_calls: self.tool_calls,
             cost_usd: cost,
             duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
             error: error.map(str::to_owned),

@@ -15,7 +15,7 @@ use crate::gate::PermissionGate;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
 use crate::provider::Provider;
-use crate::record::Recorder;
+use crate::record::{ModelCallRecord, Recorder};
 use crate::toolbelt::Toolbelt;
 use crate::tree::ToolCallRecord;
 
@@ -167,17 +167,6 @@ pub enum TurnEnd {
     ToolAborted(String),
     /// A tool reported a fatal error, or the mode could not run.
     Failed(String),
-}
-
-/// One provider call, for accounting (provider and model are the turn's).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelCallRecord {
-    pub depth: u32,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost_usd: f64,
-    pub duration_ms: f64,
-    pub error: Option<String>,
 }
 
 /// What a turn produced, whatever way it ended.

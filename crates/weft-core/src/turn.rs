@@ -23,9 +23,9 @@ use crate::level::Level;
 use crate::llm::Llm;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
-use crate::record::{Call, Recorder};
+use crate::record::{Call, ModelCallRecord, Recorder};
 use crate::scope::TurnScope;
-use crate::spec::{ModelCallRecord, TurnEnd, TurnOutcome, TurnSpec};
+use crate::spec::{TurnEnd, TurnOutcome, TurnSpec};
 use crate::tool::NestedCalls;
 use crate::toolbelt::Toolbelt;
 
@@ -164,6 +164,7 @@ impl Turn {
     }
 
     pub fn record_model_call(&self, record: ModelCallRecord) {
+        self.recorder.model_call(&record);
         self.model_calls.lock().push(record);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::json;
 use weft_core::{TurnEnd, TurnOutcome};
 use weft_protocol::{MessageContent, PermissionMode, StoredMessage};
-use weft_store::{now_ms, MessageRow, ModelCallRow, NewMessage, WriteOp};
+use weft_store::{MessageRow, NewMessage, WriteOp};
 
 /// Identifies the turn being written.
 pub struct TurnRecord<'a> {
@@ -98,28 +98,7 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
         metadata: Some(metadata),
         created_at: rfc3339(message.created_at),
     };
-    let now = now_ms();
-    let models: Vec<ModelCallRow> = outcome
-        .model_calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| ModelCallRow {
-            id: format!("{}.m{i}", record.message_id),
-            thread_id: record.thread_id.to_owned(),
-            message_id: record.message_id.to_owned(),
-            user_id: record.user_id.to_owned(),
-            provider: outcome.provider.clone(),
-            model: outcome.model.clone(),
-            depth: i64::from(c.depth),
-            input_tokens: c.input_tokens as i64,
-            output_tokens: c.output_tokens as i64,
-            cost_usd: c.cost_usd,
-            duration_ms: c.duration_ms,
-            error: c.error.clone(),
-            created_at: now,
-        })
-        .collect();
-    (WriteOp::FinishTurn { message, models }, wire)
+    (WriteOp::FinishTurn { message }, wire)
 }
 
 /// A stored message as clients see it.

@@ -33,10 +33,7 @@ pub async fn close_interrupted_turns(store: &Store) -> Result<usize, StoreError>
             store.submit(WriteOp::Items(synthetic), None);
         }
         store
-            .write(WriteOp::FinishTurn {
-                message: closed,
-                models: Vec::new(),
-            })
+            .write(WriteOp::FinishTurn { message: closed })
             .await?;
         tracing::warn!(thread = %message.thread_id, message = %message.id, "closed a turn the last run left unfinished");
     }

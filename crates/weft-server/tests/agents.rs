@@ -295,7 +295,9 @@ async fn the_planner_runs_first_and_stays_out_of_the_record_and_history() {
     ]}))
     .await;
     std::fs::write(server.workspace.join("notes.md"), "planner-only notes").unwrap();
-    let agent = json!({"name": "planner", "planning_enabled": true, "planning_instructions": "Plan briefly."});
+    // The planner runs on a model of its own.
+    let agent = json!({"name": "planner", "planning_enabled": true, "planning_instructions": "Plan briefly.",
+        "model": "scripted:big", "planning_model": "scripted:small"});
     create(&server, agent).await;
     let mut c = server.client().await;
     c.chat(None, "what do my notes say?", json!({"agent": "planner"}))
@@ -337,7 +339,22 @@ async fn the_planner_runs_first_and_stays_out_of_the_record_and_history() {
 
     let requests = server.provider.requests();
     assert_eq!(requests.len(), 3);
+    let models: Vec<&str> = requests.iter().map(|r| r.model.as_str()).collect();
+    assert_eq!(models, ["small", "small", "big"]);
     assert_eq!(&*requests[0].system, "Plan briefly.");
+    // Each provider call is accounted to the model that made it, with its tool calls.
+    let calls: Vec<(String, i64)> = server
+        .store()
+        .model_calls(&thread)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.model, c.tool_calls))
+        .collect();
+    assert_eq!(
+        calls,
+        [("small".into(), 1), ("small".into(), 0), ("big".into(), 0)]
+    );
     let executor = &requests[2];
     assert!(executor.system.contains("1. read notes\n2. answer"));
     assert_eq!(executor.messages.len(), 1);

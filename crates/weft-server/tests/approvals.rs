@@ -303,3 +303,32 @@ async fn workspace_escapes_are_refused() {
         .exists());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_model_call_is_on_record_while_its_turn_waits_for_a_person() {
+    let server = TestServer::start(two_writes()).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let frames = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    let thread = thread_of(&frames);
+    // The write that stores the approval carries the call before it; it lands while the
+    // turn waits (the request does not wait for it).
+    let mut calls = Vec::new();
+    for _ in 0..100 {
+        calls = server.store().model_calls(&thread).await.unwrap();
+        if !calls.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        calls
+            .iter()
+            .map(|c| (c.model.as_str(), c.tool_calls, c.error.is_none()))
+            .collect::<Vec<_>>(),
+        [("scripted", 1, true)]
+    );
+    c.send(json!({"command": "stop", "data": {"thread_id": thread}})).await;
+    c.recv_until(|f| f["type"] == "chunk" && f["done"] == true).await;
+    server.stop().await;
+}

@@ -145,6 +145,8 @@ pub struct ModelCallRow {
     pub depth: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// Tool calls the response asked for.
+    pub tool_calls: i64,
     pub cost_usd: f64,
     pub duration_ms: f64,
     pub error: Option<String>,
@@ -154,7 +156,7 @@ pub struct ModelCallRow {
 impl ModelCallRow {
     pub(crate) const COLUMNS: &'static str =
         "id, thread_id, message_id, user_id, provider, model, depth, input_tokens, \
-         output_tokens, cost_usd, duration_ms, error, created_at";
+         output_tokens, tool_calls, cost_usd, duration_ms, error, created_at";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(ModelCallRow {
@@ -167,6 +169,7 @@ impl ModelCallRow {
             depth: get(row, "depth")?,
             input_tokens: get(row, "input_tokens")?,
             output_tokens: get(row, "output_tokens")?,
+            tool_calls: get(row, "tool_calls")?,
             cost_usd: get(row, "cost_usd")?,
             duration_ms: get(row, "duration_ms")?,
             error: get(row, "error")?,

@@ -29,11 +29,10 @@ pub enum WriteOp {
     },
     /// Record items, inserted or replaced by id (a streaming draft becomes the final item).
     Items(Vec<ItemRow>),
-    /// A turn ends: its assistant message (inserted or replaced) and its model calls.
-    FinishTurn {
-        message: NewMessage,
-        models: Vec<ModelCallRow>,
-    },
+    /// A turn ends: its assistant message (inserted or replaced).
+    FinishTurn { message: NewMessage },
+    /// Provider calls of a turn, each once (written again after a lost connection, kept once).
+    ModelCalls(Vec<ModelCallRow>),
     InsertApproval(ApprovalRow),
     DecideApproval {
         thread_id: String,
@@ -58,7 +57,8 @@ impl WriteOp {
                 messages.len() + usize::from(thread.is_some())
             }
             WriteOp::Items(items) => items.len(),
-            WriteOp::FinishTurn { models, .. } => 1 + models.len(),
+            WriteOp::FinishTurn { .. } => 1,
+            WriteOp::ModelCalls(models) => models.len(),
             WriteOp::InsertApproval(_)
             | WriteOp::DecideApproval { .. }
             | WriteOp::SetThreadMode { .. }
@@ -315,10 +315,8 @@ impl<'a> Plan<'a> {
                     }
                 }
             }
-            WriteOp::FinishTurn { message, models } => {
-                self.finished.push(message);
-                self.models.extend(models);
-            }
+            WriteOp::FinishTurn { message } => self.finished.push(message),
+            WriteOp::ModelCalls(models) => self.models.extend(models),
             WriteOp::InsertApproval(row) => self.approvals.push(row),
             WriteOp::DecideApproval {
                 thread_id,
@@ -487,8 +485,8 @@ const APPROVALS: InsertSql = InsertSql {
 };
 pub(crate) const MODEL_CALLS: InsertSql = InsertSql {
     head: "INSERT INTO model_calls (id, thread_id, message_id, user_id, provider, model, depth, input_tokens, \
-           output_tokens, cost_usd, duration_ms, error, created_at)",
-    columns: 13,
+           output_tokens, tool_calls, cost_usd, duration_ms, error, created_at)",
+    columns: 14,
     tail: " ON CONFLICT (id) DO NOTHING",
 };
 
@@ -635,6 +633,7 @@ pub(crate) fn bind_model_call<'q>(q: AnyQuery<'q>, r: &'q &ModelCallRow) -> AnyQ
         .bind(r.depth)
         .bind(r.input_tokens)
         .bind(r.output_tokens)
+        .bind(r.tool_calls)
         .bind(r.cost_usd)
         .bind(r.duration_ms)
         .bind(r.error.as_deref())

@@ -115,6 +115,7 @@ async fn suite(store: &Store) {
         depth: 1,
         input_tokens: 100,
         output_tokens: 20,
+        tool_calls: 2,
         cost_usd: 0.001,
         duration_ms: 12.0,
         error: Some("HTTP 500".into()),
@@ -127,10 +128,12 @@ async fn suite(store: &Store) {
         ..store.messages("t1").await.unwrap()[1].clone()
     };
     store
-        .write(WriteOp::FinishTurn {
-            message: finished.clone(),
-            models: vec![model.clone()],
-        })
+        .write(WriteOp::Many(vec![
+            WriteOp::ModelCalls(vec![model.clone()]),
+            WriteOp::FinishTurn {
+                message: finished.clone(),
+            },
+        ]))
         .await
         .unwrap();
     assert_eq!(store.messages("t1").await.unwrap()[1], finished);
@@ -193,10 +196,12 @@ async fn suite(store: &Store) {
         })
         .collect();
     store
-        .write(WriteOp::FinishTurn {
-            message: turn_message,
-            models,
-        })
+        .write(WriteOp::Many(vec![
+            WriteOp::ModelCalls(models),
+            WriteOp::FinishTurn {
+                message: turn_message,
+            },
+        ]))
         .await
         .unwrap();
     assert_eq!(store.messages("t1").await.unwrap().len(), 3);

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use serde_json::Value;
-use weft_core::{ApprovalRequest, Place, RecordedResult, Recorder};
+use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder};
 use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
-use weft_store::{now_ms, ApprovalRow, Done, ItemRow, Store, WriteOp};
+use weft_store::{now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Store, WriteOp};
 
 use super::{entry_row, results_row, ItemPlace};
 
@@ -27,6 +27,7 @@ pub struct TurnLog {
     store: Store,
     thread_id: String,
     message_id: String,
+    user_id: String,
     cancel: CancellationToken,
     failure: Arc<Mutex<Option<String>>>,
     state: Mutex<LogState>,
@@ -45,6 +46,8 @@ struct LogState {
     items: Vec<ItemRow>,
     /// A write of this turn is on its way; the next flush waits for it.
     in_flight: bool,
+    /// Provider calls recorded so far (their rows are numbered by it).
+    model_calls: u32,
 }
 
 struct Draft {
@@ -59,6 +62,7 @@ impl TurnLog {
         store: Store,
         thread_id: &str,
         message_id: &str,
+        user_id: &str,
         cancel: CancellationToken,
     ) -> Arc<TurnLog> {
         Arc::new_cyclic(|me| TurnLog {
@@ -66,6 +70,7 @@ impl TurnLog {
             store,
             thread_id: thread_id.to_owned(),
             message_id: message_id.to_owned(),
+            user_id: user_id.to_owned(),
             cancel,
             failure: Arc::default(),
             state: Mutex::default(),
@@ -288,5 +293,29 @@ impl Recorder for TurnLog {
             id: id.to_owned(),
             status: outcome.status().to_owned(),
         });
+    }
+
+    /// A provider call goes out with the round it belongs to (a turn that dies later keeps
+    /// the calls it made).
+    fn model_call(&self, call: &ModelCallRecord) {
+        let mut state = self.state.lock();
+        let row = ModelCallRow {
+            id: format!("{}.m{}", self.message_id, state.model_calls),
+            thread_id: self.thread_id.clone(),
+            message_id: self.message_id.clone(),
+            user_id: self.user_id.clone(),
+            provider: call.provider.clone(),
+            model: call.model.clone(),
+            depth: i64::from(call.depth),
+            input_tokens: call.input_tokens as i64,
+            output_tokens: call.output_tokens as i64,
+            tool_calls: i64::from(call.tool_calls),
+            cost_usd: call.cost_usd,
+            duration_ms: call.duration_ms,
+            error: call.error.clone(),
+            created_at: now_ms(),
+        };
+        state.model_calls += 1;
+        state.held.push(WriteOp::ModelCalls(vec![row]));
     }
 }

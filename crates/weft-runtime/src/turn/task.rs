@@ -85,6 +85,7 @@ impl Runtime {
             self.store.clone(),
             &thread.id,
             &claim.message_id,
+            &user,
             claim.cancel.clone(),
         );
         thread.set_log(log.clone());
