@@ -192,6 +192,12 @@ function onFrame(f) {
     case "tool_call_update": onToolUpdate(f); break;
     case "planning_update": {
       ensureLive();
+      if (f.parent_id) {
+        // A tool planning its own work (build_workflow): shown in its card, not as the turn's plan.
+        const card = state.cards.get(f.parent_id);
+        if (card) card.querySelector(":scope > .body > .stream").textContent = `${f.status}: ${f.content}`;
+        break;
+      }
       const shown = state.live.root.querySelector(":scope > .plan");
       const plan = planView(f.status, f.content || (shown ? shown.querySelector(".plan-text").textContent : ""), true);
       if (shown) shown.replaceWith(plan); else state.live.root.prepend(plan);

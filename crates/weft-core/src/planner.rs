@@ -72,6 +72,7 @@ fn update(turn: &Turn, status: &str, content: String) {
     turn.events.emit(ServerEvent::PlanningUpdate {
         status: status.to_owned(),
         content,
+        parent_id: None,
     });
 }
 

@@ -196,10 +196,13 @@ pub enum ServerEvent {
         parent_id: Option<String>,
         depth: u32,
     },
-    /// Around the planner pre-pass: `started`, then `done` with the plan or `failed`.
+    /// Around the planner pre-pass: `started`, then `done` with the plan or `failed`. A tool
+    /// that plans (`build_workflow`) sends them too, with its call as `parent_id`.
     PlanningUpdate {
         status: String,
         content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_id: Option<String>,
     },
     /// A tool reports how far it has got (only when the agent's `emit_mcp_progress`).
     McpProgress {

@@ -117,6 +117,7 @@ async fn build_workflow_and_ui_tools_exist_only_in_the_editor() {
 
 #[tokio::test]
 async fn without_a_registry_the_editor_tools_and_workflows_are_omitted() {
+    let (_logs_guard, logs) = support::capture_logs();
     let server = server_with(|c| c.workflow.enabled = false).await;
     let mut c = server.client().await;
     c.send(manifest()).await;
@@ -128,6 +129,13 @@ async fn without_a_registry_the_editor_tools_and_workflows_are_omitted() {
         .iter()
         .any(|n| n == "build_workflow" || n.starts_with("ui_") || n == "run_workflow"));
     assert!(names.contains(&"read_file".to_owned()));
+    // The operator hears why the editor's tools are missing.
+    assert!(
+        logs.text()
+            .contains("an editor chat on a server without a node registry"),
+        "{}",
+        logs.text()
+    );
 
     c.chat(
         None,
@@ -169,18 +177,23 @@ async fn build_workflow_repairs_an_invalid_plan_and_the_page_gets_the_graph() {
     let repair = plans[1].messages.last().unwrap().text();
     assert!(repair.contains("nowhere"), "{repair}");
 
-    let updates: Vec<&str> = of_type(&frames, "planning_update")
-        .iter()
-        .map(|f| f["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(updates, ["started", "started", "done"]);
-
-    // The built graph is the tool's result; the page was asked to paste it.
+    // The builder's planning frames sit under its call, apart from a planner's.
     let results = of_type(&frames, "tool_call_update");
     let built = results
         .iter()
         .find(|f| f["name"] == "build_workflow" && f["status"] == "end")
         .expect("build_workflow completed");
+    let updates: Vec<(&str, &Value)> = of_type(&frames, "planning_update")
+        .iter()
+        .map(|f| (f["status"].as_str().unwrap(), &f["parent_id"]))
+        .collect();
+    let call_id = &built["tool_call_id"];
+    assert_eq!(
+        updates,
+        [("started", call_id), ("started", call_id), ("done", call_id)]
+    );
+
+    // The built graph is the tool's result; the page was asked to paste it.
     let graph: Value = serde_json::from_str(built["result"].as_str().unwrap()).unwrap();
     assert_eq!(graph["graph"], good_graph());
     let call = of_type(&frames, "tool_call")[0].clone();
@@ -347,5 +360,61 @@ async fn another_user_cannot_answer_a_client_call() {
     alice.turn().await;
     let result = server.provider.requests().pop().unwrap();
     assert_eq!(result.messages.last().unwrap().text(), "mine");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_model_is_told_it_is_in_the_editor_and_which_workflow_is_open() {
+    let server = server_with(|c| {
+        c.auth.api_keys = vec![
+            ApiKeyEntry {
+                key: "k-alice".into(),
+                user: "alice".into(),
+            },
+            ApiKeyEntry {
+                key: "k-bob".into(),
+                user: "bob".into(),
+            },
+        ];
+    })
+    .await;
+    let body = json!({"name": "greeter", "description": "Greets people", "graph": good_graph()});
+    let (status, created) = server
+        .call(reqwest::Method::POST, "/workflows", Some("k-alice"), Some(body))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let mut alice = server.client_with_key(Some("k-alice")).await.unwrap();
+
+    let open = json!({"chat_context": {"kind": "editor", "workflow_id": id}});
+    alice.chat(None, "hello", open.clone()).await;
+    alice.turn().await;
+    let system = server.provider.requests().pop().unwrap().system;
+    assert!(system.contains("build_workflow") && system.contains("ui_get_graph"), "{system}");
+    assert!(system.contains(&format!("\"greeter\" (workflow_id `{id}`): Greets people")), "{system}");
+    let shown = system.split("```json\n").nth(1).unwrap().split("\n```").next().unwrap();
+    let shown: Value = serde_json::from_str(shown).unwrap();
+    let (_, saved) = server.get(&format!("/workflows/{id}"), Some("k-alice")).await;
+    assert_eq!(shown, saved["graph"], "the graph as saved");
+
+    // No workflow open: the guidance alone; outside the editor: none of it.
+    alice.chat(None, "hello", editor("default")).await;
+    alice.turn().await;
+    let system = server.provider.requests().pop().unwrap().system;
+    assert!(system.contains("No saved workflow is open"), "{system}");
+    alice.chat(None, "hello", json!({})).await;
+    alice.turn().await;
+    let system = server.provider.requests().pop().unwrap().system;
+    assert!(!system.contains("workflow editor"), "{system}");
+
+    // Someone else's workflow, or none by that id, is not opened: the turn is refused.
+    let mut bob = server.client_with_key(Some("k-bob")).await.unwrap();
+    for (client, workflow_id) in [(&mut bob, id), (&mut alice, "wf_missing")] {
+        let context = json!({"chat_context": {"kind": "editor", "workflow_id": workflow_id}});
+        client.chat(None, "hello", context).await;
+        let reply = client.recv_until(|f| f["type"] == "error").await;
+        assert_eq!(reply.last().unwrap()["code"], "workflow_not_found", "{reply:?}");
+        assert!(of_type(&reply, "turn_started").is_empty());
+    }
     server.stop().await;
 }

@@ -57,7 +57,8 @@ impl BuildWorkflow {
     }
 
     /// Plan, validate, repair; the valid graph or why there is none.
-    async fn build(&self, site: &dyn NestedCalls, objective: &str) -> Result<Graph, String> {
+    async fn build(&self, progress: Progress<'_>, objective: &str) -> Result<Graph, String> {
+        let site = progress.site;
         let system = self.system();
         let mut messages = vec![ChatMessage::user(format!("Objective: {objective}"))];
         let mut last_errors = String::new();
@@ -67,7 +68,7 @@ impl BuildWorkflow {
             } else {
                 format!("repair {attempt} of {MAX_REPAIRS}: {last_errors}")
             };
-            update(site, "started", status);
+            progress.update("started", status);
             let answer = site
                 .complete_json(&system, messages.clone(), self.schema.clone())
                 .await
@@ -78,8 +79,7 @@ impl BuildWorkflow {
             let errors = match parse(&answer) {
                 Ok(graph) => match validate(&graph, &self.registry) {
                     Ok(_) => {
-                        update(
-                            site,
+                        progress.update(
                             "done",
                             format!("{} nodes, {} edges", graph.nodes.len(), graph.edges.len()),
                         );
@@ -99,18 +99,27 @@ impl BuildWorkflow {
                 "That graph is not valid: {last_errors}. Answer with the whole corrected graph."
             )));
         }
-        update(site, "failed", last_errors.clone());
+        progress.update("failed", last_errors.clone());
         Err(format!(
             "no valid graph after {MAX_REPAIRS} repairs: {last_errors}"
         ))
     }
 }
 
-fn update(site: &dyn NestedCalls, status: &str, content: String) {
-    site.emit(ServerEvent::PlanningUpdate {
-        status: status.to_owned(),
-        content,
-    });
+/// Where the builder's `planning_update` frames go: under its own call.
+struct Progress<'a> {
+    site: &'a dyn NestedCalls,
+    call_id: &'a str,
+}
+
+impl Progress<'_> {
+    fn update(&self, status: &str, content: String) {
+        self.site.emit(ServerEvent::PlanningUpdate {
+            status: status.to_owned(),
+            content,
+            parent_id: Some(self.call_id.to_owned()),
+        });
+    }
 }
 
 /// `name: type` for each port of a JSON Schema object, required ones marked.
@@ -210,8 +219,12 @@ validated graph ({\"graph\": …}) for the editor to show (with ui_paste_graph) 
             .nested
             .as_ref()
             .ok_or_else(|| ToolError::model("build_workflow runs only inside a turn"))?;
+        let progress = Progress {
+            site: nested.as_ref(),
+            call_id: &ctx.tool_call_id,
+        };
         let graph = self
-            .build(nested.as_ref(), objective)
+            .build(progress, objective)
             .await
             .map_err(ToolError::model)?;
         Ok(json!({ "graph": graph }).to_string())

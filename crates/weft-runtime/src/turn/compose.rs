@@ -24,10 +24,15 @@ impl Runtime {
         agent: &AgentConfig,
         mode: &dyn ExecutionMode,
         permission_mode: PermissionMode,
+        editor_prompt: Option<&str>,
     ) -> (Toolbelt, String) {
         let toolbelt = self.toolbelt_of(user, request, agent);
         let can_delegate = agent.max_depth > 0 && toolbelt.contains(prompts::RUN_SUBTASK);
         let mut system_prompt = mode.system_prompt(&toolbelt, permission_mode, can_delegate);
+        if let Some(editor) = editor_prompt {
+            system_prompt.push_str("\n\n");
+            system_prompt.push_str(editor);
+        }
         if !agent.instructions.trim().is_empty() {
             system_prompt.push_str("\n\n");
             system_prompt.push_str(agent.instructions.trim());

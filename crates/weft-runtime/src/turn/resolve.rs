@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use weft_core::{PlannerSpec, Provider};
-use weft_protocol::{AgentConfig, ErrorCode};
+use weft_protocol::{AgentConfig, ChatContext, ErrorCode};
 use weft_store::ThreadRow;
 
 use super::request::TurnRequest;
@@ -20,6 +20,8 @@ pub(super) struct Setup {
     pub model: String,
     pub planner: Option<PlannerSpec>,
     pub context_window: u64,
+    /// What the model is told in the editor context (the open workflow included).
+    pub editor_prompt: Option<String>,
 }
 
 impl Runtime {
@@ -34,6 +36,7 @@ impl Runtime {
         self.check_agent_tools(&agent)?;
         let (provider_name, provider, model) = self.pick_model(request, &agent)?;
         let planner = self.planner_of(&agent, &provider, &model)?;
+        let editor_prompt = self.editor_prompt(user, &request.context).await?;
         Ok(Setup {
             context_window: self.context_windows.window(&model),
             agent,
@@ -41,7 +44,37 @@ impl Runtime {
             provider,
             model,
             planner,
+            editor_prompt,
         })
+    }
+
+    /// The editor's guidance and the workflow it has open: one of the user's own, or the
+    /// turn is refused (`workflow_not_found`).
+    async fn editor_prompt(
+        &self,
+        user: &str,
+        context: &ChatContext,
+    ) -> Result<Option<String>, Refusal> {
+        let ChatContext::Editor { workflow_id } = context else {
+            return Ok(None);
+        };
+        if !self.editor_available(context) {
+            return Ok(None);
+        }
+        let open = match workflow_id {
+            None => None,
+            Some(id) => {
+                let row = self.store.workflow(user, id).await.map_err(Refusal::internal)?;
+                let row = row.ok_or_else(|| {
+                    Refusal::new(
+                        ErrorCode::WorkflowNotFound,
+                        format!("chat_context.workflow_id: no workflow `{id}` of yours"),
+                    )
+                })?;
+                Some(crate::workflows::saved(&row).map_err(Refusal::internal)?)
+            }
+        };
+        Ok(Some(weft_workflow::editor_prompt(open.as_ref())))
     }
 
     /// The provider and model of a turn: the message's choice, else the agent's

@@ -92,7 +92,14 @@ impl Runtime {
         let permission_mode = claim.runtime.gate.mode();
         claim.runtime.subscribe(sink);
         let (toolbelt, system_prompt) = self
-            .compose(user, &request, &setup.agent, mode.as_ref(), permission_mode)
+            .compose(
+                user,
+                &request,
+                &setup.agent,
+                mode.as_ref(),
+                permission_mode,
+                setup.editor_prompt.as_deref(),
+            )
             .await;
         let started = TurnStarted {
             thread_id: claim.runtime.id.to_string(),

@@ -445,3 +445,42 @@ pub fn kinds(frames: &[Value]) -> Vec<String> {
         })
         .collect()
 }
+
+/// What the server logs on this thread while the guard lives (a `#[tokio::test]` runs the
+/// server's tasks on its own thread).
+pub fn capture_logs() -> (tracing::subscriber::DefaultGuard, Logs) {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    (tracing::subscriber::set_default(subscriber), logs)
+}
+
+/// Captured log lines.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
