@@ -119,8 +119,10 @@ pub(crate) async fn dispatch(
     let mut serial = Vec::new();
     let mut working = 0usize;
     for (i, p) in planned.iter().enumerate() {
-        let parallel =
-            turn.config.tool_parallelism == ToolParallelism::Parallel && p.runs_concurrently();
+        // A model without parallel tool calls gets its results one at a time, as it asked.
+        let parallel = turn.config.tool_parallelism == ToolParallelism::Parallel
+            && level.llm.capabilities.parallel_tool_calls
+            && p.runs_concurrently();
         let fits = !p.does_work() || working < turn.config.max_parallel_per_turn;
         if parallel && fits {
             working += usize::from(p.does_work());

@@ -49,6 +49,8 @@ pub struct ProviderRequest {
     /// The JSON Schema the answer must be JSON of (structured output), where the provider
     /// supports it; the prompt should say so too.
     pub response_schema: Option<Arc<serde_json::Value>>,
+    /// Ask for at most one tool call in the response (the model cannot make several).
+    pub single_tool_call: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

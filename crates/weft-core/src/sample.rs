@@ -50,6 +50,7 @@ pub(crate) async fn sample(
         max_tokens: turn.config.max_tokens,
         temperature: turn.config.temperature,
         response_schema: level.response_schema.clone(),
+        single_tool_call: !llm.capabilities.parallel_tool_calls,
     };
     let started = Instant::now();
     let mut call = CallAccount {

@@ -168,6 +168,20 @@ async fn serial_parallelism_runs_everything_in_order() {
 }
 
 #[tokio::test]
+async fn a_model_without_parallel_tool_calls_gets_its_calls_run_one_at_a_time() {
+    let tool = TestTool::new("slow").delay_ms(10);
+    let probe = tool.probe();
+    let h = Harness::new(json!({"parallel_tool_calls": false, "conversations": [{"match": "*", "steps": [
+        calls(&[("a", "slow", json!({"i": 0})), ("b", "slow", json!({"i": 1}))]),
+        {"text": "ok"}
+    ]}]}))
+    .tool(tool);
+    h.run().await;
+    assert_eq!((probe.peak(), probe.count()), (1, 2));
+    assert_eq!(*probe.calls.lock(), vec![json!({"i": 0}), json!({"i": 1})]);
+}
+
+#[tokio::test]
 async fn a_failing_or_panicking_tool_never_takes_down_its_siblings() {
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         calls(&[("ok", "echo", json!({"v": 1})), ("bad", "fail", json!({})), ("boom", "panic", json!({}))]),

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream, Role,
+    Capabilities, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
+    ProviderStream, Role,
     ToolCallRequest, Usage,
 };
 use weft_protocol::{ContentPart, MessageContent};
@@ -23,9 +24,18 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 pub struct AnthropicProvider {
     endpoint: Endpoint,
+    /// The models behind the endpoint make several tool calls in one response.
+    parallel_tool_calls: bool,
 }
 
 impl AnthropicProvider {
+    /// Whether the models behind the endpoint make several tool calls in one response
+    /// (`[providers.anthropic] parallel_tool_calls`); without, each request asks for one.
+    pub fn with_parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.parallel_tool_calls = parallel;
+        self
+    }
+
     pub fn new(
         base_url: Option<&str>,
         api_key: Option<&str>,
@@ -33,6 +43,7 @@ impl AnthropicProvider {
     ) -> Result<Self, ProviderError> {
         Ok(AnthropicProvider {
             endpoint: Endpoint::new(DEFAULT_BASE_URL, base_url, api_key, options)?,
+            parallel_tool_calls: true,
         })
     }
 }
@@ -120,6 +131,9 @@ pub fn request_body(request: &ProviderRequest) -> Value {
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect::<Vec<_>>());
+        if request.single_tool_call {
+            body["tool_choice"] = json!({"type": "auto", "disable_parallel_tool_use": true});
+        }
     }
     body
 }
@@ -247,6 +261,13 @@ impl EventDecoder {
 impl Provider for AnthropicProvider {
     fn name(&self) -> &str {
         "anthropic"
+    }
+
+    fn capabilities(&self, _model: &str) -> Capabilities {
+        Capabilities {
+            tools: true,
+            parallel_tool_calls: self.parallel_tool_calls,
+        }
     }
 
     async fn stream(

@@ -37,6 +37,9 @@ pub struct RemoteProviderConfig {
     pub connect_timeout_ms: u64,
     /// Longest wait for response headers, and between two chunks of a stream.
     pub read_timeout_ms: u64,
+    /// The models behind the endpoint make several tool calls in one response; `false` asks
+    /// each request for one call at a time.
+    pub parallel_tool_calls: bool,
 }
 
 impl Default for RemoteProviderConfig {
@@ -47,6 +50,7 @@ impl Default for RemoteProviderConfig {
             max_retries: 3,
             connect_timeout_ms: 10_000,
             read_timeout_ms: 120_000,
+            parallel_tool_calls: true,
         }
     }
 }

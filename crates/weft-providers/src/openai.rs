@@ -9,7 +9,8 @@ use futures::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 use weft_core::{
-    FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream, Role,
+    Capabilities, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
+    ProviderStream, Role,
     ToolCallRequest, Usage,
 };
 use weft_protocol::{ContentPart, MessageContent};
@@ -21,9 +22,18 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 pub struct OpenAiProvider {
     endpoint: Endpoint,
+    /// The models behind the endpoint make several tool calls in one response.
+    parallel_tool_calls: bool,
 }
 
 impl OpenAiProvider {
+    /// Whether the models behind the endpoint make several tool calls in one response
+    /// (`[providers.openai] parallel_tool_calls`); without, each request asks for one.
+    pub fn with_parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.parallel_tool_calls = parallel;
+        self
+    }
+
     pub fn new(
         base_url: Option<&str>,
         api_key: Option<&str>,
@@ -31,6 +41,7 @@ impl OpenAiProvider {
     ) -> Result<Self, ProviderError> {
         Ok(OpenAiProvider {
             endpoint: Endpoint::new(DEFAULT_BASE_URL, base_url, api_key, options)?,
+            parallel_tool_calls: true,
         })
     }
 }
@@ -97,6 +108,9 @@ pub fn request_body(request: &ProviderRequest) -> Value {
             .iter()
             .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
             .collect::<Vec<_>>());
+        if request.single_tool_call {
+            body["parallel_tool_calls"] = json!(false);
+        }
     }
     body
 }
@@ -246,6 +260,13 @@ impl ChunkDecoder {
 impl Provider for OpenAiProvider {
     fn name(&self) -> &str {
         "openai"
+    }
+
+    fn capabilities(&self, _model: &str) -> Capabilities {
+        Capabilities {
+            tools: true,
+            parallel_tool_calls: self.parallel_tool_calls,
+        }
     }
 
     async fn stream(

@@ -48,7 +48,8 @@ impl Providers {
                 openai.base_url.as_deref(),
                 openai.api_key.as_deref(),
                 openai.http_options(),
-            )?;
+            )?
+            .with_parallel_tool_calls(openai.parallel_tool_calls);
             by_name.insert("openai".to_owned(), Arc::new(provider));
         }
         let anthropic = &providers.anthropic;
@@ -57,7 +58,8 @@ impl Providers {
                 anthropic.base_url.as_deref(),
                 anthropic.api_key.as_deref(),
                 anthropic.http_options(),
-            )?;
+            )?
+            .with_parallel_tool_calls(anthropic.parallel_tool_calls);
             by_name.insert("anthropic".to_owned(), Arc::new(provider));
         }
         Ok(Providers {

@@ -23,6 +23,9 @@ pub struct Script {
     /// Pretend the model cannot call tools (to exercise plain-chat degradation).
     #[serde(default = "yes")]
     pub tools: bool,
+    /// Pretend the model makes one tool call per response.
+    #[serde(default = "yes")]
+    pub parallel_tool_calls: bool,
 }
 
 fn yes() -> bool {
@@ -216,7 +219,7 @@ impl Provider for ScriptedProvider {
     fn capabilities(&self, _model: &str) -> Capabilities {
         Capabilities {
             tools: self.script.tools,
-            parallel_tool_calls: self.script.tools,
+            parallel_tool_calls: self.script.tools && self.script.parallel_tool_calls,
         }
     }
 

@@ -64,6 +64,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
         }]),
         max_tokens: None,
         temperature: None,
+        single_tool_call: false,
     }
 }
 
@@ -340,5 +341,18 @@ fn the_per_response_token_cap_replaces_the_default() {
     assert_eq!(
         weft_providers::anthropic::request_body(&req)["max_tokens"],
         300
+    );
+}
+
+#[test]
+fn a_model_without_parallel_tool_calls_is_asked_for_one_at_a_time() {
+    let mut req = request(vec![ChatMessage::user("weather?")]);
+    assert!(weft_providers::anthropic::request_body(&req)
+        .get("tool_choice")
+        .is_none());
+    req.single_tool_call = true;
+    assert_eq!(
+        weft_providers::anthropic::request_body(&req)["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": true})
     );
 }

@@ -64,6 +64,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
         }]),
         max_tokens: None,
         temperature: None,
+        single_tool_call: false,
     }
 }
 
@@ -527,4 +528,25 @@ fn a_response_schema_becomes_a_json_schema_response_format() {
     assert_eq!(body["response_format"]["type"], "json_schema");
     assert_eq!(body["response_format"]["json_schema"]["schema"], schema);
     assert_eq!(body["response_format"]["json_schema"]["strict"], false);
+}
+
+#[test]
+fn a_model_without_parallel_tool_calls_is_asked_for_one_at_a_time() {
+    let mut req = request(vec![ChatMessage::user("weather?")]);
+    assert!(weft_providers::openai::request_body(&req)
+        .get("parallel_tool_calls")
+        .is_none());
+    req.single_tool_call = true;
+    assert_eq!(
+        weft_providers::openai::request_body(&req)["parallel_tool_calls"],
+        false
+    );
+    // Configured per endpoint.
+    let mut config = weft_providers::ProvidersConfig::default();
+    config.openai.api_key = Some("k".into());
+    config.openai.parallel_tool_calls = false;
+    let providers =
+        weft_providers::Providers::from_config(&Default::default(), &config).unwrap();
+    let (_, openai) = providers.get(Some("openai")).unwrap();
+    assert!(!openai.capabilities("gpt-4o").parallel_tool_calls);
 }

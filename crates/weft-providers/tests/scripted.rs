@@ -20,6 +20,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
         tools: Arc::from([]),
         max_tokens: None,
         temperature: None,
+        single_tool_call: false,
     }
 }
 
