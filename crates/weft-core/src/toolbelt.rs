@@ -17,8 +17,6 @@ use crate::tool::{Tool, ToolContext, ToolError};
 pub struct ToolPolicy {
     pub classes: HashSet<PolicyClass>,
     pub workspace_root: Option<PathBuf>,
-    pub allow_private_network: bool,
-    pub allowed_mcp_servers: Vec<String>,
 }
 
 impl ToolPolicy {
@@ -39,8 +37,6 @@ impl ToolPolicy {
         ToolPolicy {
             classes,
             workspace_root,
-            allow_private_network: false,
-            allowed_mcp_servers: Vec::new(),
         }
     }
 

@@ -84,7 +84,6 @@ pub enum ErrorCode {
     UnknownMode,
     UnsupportedRoute,
     ProviderError,
-    BudgetExceeded,
     RateLimited,
     TooLarge,
     InvalidGraph,

@@ -163,6 +163,9 @@ pub struct ServerConfig {
     pub max_unauthenticated_per_address: usize,
     /// Websockets one user may hold open at once (0: no cap).
     pub max_sockets_per_user: usize,
+    /// The largest REST request body (a document's text, a graph, an agent); past it 413
+    /// `too_large`.
+    pub max_request_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -182,6 +185,7 @@ impl Default for ServerConfig {
             header_timeout_ms: 10_000,
             max_unauthenticated_per_address: 128,
             max_sockets_per_user: 64,
+            max_request_bytes: 16 << 20,
         }
     }
 }
@@ -209,8 +213,6 @@ impl Default for DatabaseConfig {
 pub struct PolicyConfig {
     pub workspace_root: PathBuf,
     pub allow_private_network: bool,
-    /// Opt in to `secrets`-class tools.
-    pub allow_secrets: bool,
     /// Every user works in `workspace_root` itself instead of `workspace_root/<user>`.
     pub shared_workspace: bool,
     /// The `[[mcp.servers]]` whose tools are offered (an explicit allow-list; none by default).
@@ -222,7 +224,6 @@ impl Default for PolicyConfig {
         PolicyConfig {
             workspace_root: PathBuf::from("workspace"),
             allow_private_network: false,
-            allow_secrets: false,
             shared_workspace: false,
             allowed_mcp_servers: Vec::new(),
         }

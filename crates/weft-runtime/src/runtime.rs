@@ -11,7 +11,7 @@ use weft_core::{
     compose_toolbelt, ContextWindows, ModeRegistry, RateCard, Tool, ToolPolicy,
     Toolbelt,
 };
-use weft_protocol::{AgentConfig, ChatContext, ErrorCode, PolicyClass};
+use weft_protocol::{AgentConfig, ChatContext, ErrorCode};
 use weft_store::Store;
 use weft_tools::knowledge::KnowledgeBase;
 use weft_tools::web::AssetSink;
@@ -128,8 +128,8 @@ impl Runtime {
         let knowledge = Arc::new(knowledge(&config, &store)?);
         let tools = tools(&config, &store, &assets, &media, &knowledge).await?;
         let policies = [
-            policy(&config, &workspace, &ChatContext::Thread),
-            policy(&config, &workspace, &editor_context()),
+            ToolPolicy::for_context(&ChatContext::Thread, Some(workspace.to_path_buf())),
+            ToolPolicy::for_context(&editor_context(), Some(workspace.to_path_buf())),
         ];
         let thread_toolbelt = compose_toolbelt(&tools.all, &policies[0], &ChatContext::Thread);
         let editor_toolbelt = compose_toolbelt(&tools.all, &policies[1], &editor_context());
@@ -264,16 +264,6 @@ impl Runtime {
 
 pub(crate) fn editor_context() -> ChatContext {
     ChatContext::Editor { workflow_id: None }
-}
-
-/// The tool policy of a chat context.
-fn policy(config: &Config, workspace: &Path, context: &ChatContext) -> ToolPolicy {
-    let mut policy = ToolPolicy::for_context(context, Some(workspace.to_path_buf()));
-    policy.allow_private_network = config.policy.allow_private_network;
-    if config.policy.allow_secrets {
-        policy.classes.insert(PolicyClass::Secrets);
-    }
-    policy
 }
 
 /// The configured API keys are the only live ones; the local user exists when allowed.

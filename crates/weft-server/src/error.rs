@@ -75,7 +75,6 @@ fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::UnknownMode
         | ErrorCode::UnsupportedRoute
         | ErrorCode::ProviderError
-        | ErrorCode::BudgetExceeded
         | ErrorCode::InvalidGraph
         | ErrorCode::DocumentRejected => StatusCode::UNPROCESSABLE_ENTITY,
     }

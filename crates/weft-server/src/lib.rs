@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::{delete, get, post};
+use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use tokio::net::TcpListener;
 
@@ -29,6 +30,7 @@ pub use weft_runtime::{Providers, Runtime};
 use rest::{agents, assets, collections, health, prompts, threads, workflows};
 
 pub fn router(state: Arc<ServerState>) -> Router {
+    let max_request_bytes = state.runtime.config.server.max_request_bytes;
     Router::new()
         .route("/ws", get(connection::ws_handler))
         .route("/threads", get(threads::list))
@@ -72,6 +74,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .merge(web::routes())
+        .layer(DefaultBodyLimit::max(max_request_bytes))
         .with_state(state)
 }
 

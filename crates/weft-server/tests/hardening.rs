@@ -611,3 +611,44 @@ async fn bad_websocket_traffic_gets_its_close_code() {
     assert_eq!(close_code(&mut s).await, Some(1001));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn bad_rest_bodies_get_json_errors_with_their_codes() {
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "ok", "repeat": true}]}]}),
+        |c| c.server.max_request_bytes = 64 * 1024,
+    )
+    .await;
+    let (status, _) = server
+        .call(reqwest::Method::POST, "/collections", None, Some(json!({"name": "notes"})))
+        .await;
+    assert_eq!(status, 201);
+    let post = |path: &str, content_type: Option<&str>, body: Vec<u8>| {
+        let mut request = reqwest::Client::new().post(server.url(path)).body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap();
+            (status, body["error"]["code"].as_str().unwrap().to_owned())
+        }
+    };
+    const JSON: Option<&str> = Some("application/json");
+    let huge = json!({"title": "big", "text": "x".repeat(100 * 1024)}).to_string();
+    let cases = [
+        ("/collections/notes/documents", JSON, huge.into_bytes(), (413, "too_large")),
+        ("/collections/notes/documents", JSON, b"{\"title\": ".to_vec(), (400, "invalid_json")),
+        ("/collections/notes/documents", JSON, b"{\"title\": 7}".to_vec(), (422, "invalid_field")),
+        ("/agents", None, b"{\"name\": \"a\"}".to_vec(), (415, "invalid_json")),
+        ("/prompt", JSON, b"[]".to_vec(), (422, "invalid_field")),
+    ];
+    for (path, content_type, body, (status, code)) in cases {
+        assert_eq!(post(path, content_type, body).await, (status, code.to_owned()), "{path}");
+    }
+    // Nothing was stored.
+    let (_, documents) = server.get("/collections/notes/documents", None).await;
+    assert_eq!(documents, json!([]));
+    server.stop().await;
+}

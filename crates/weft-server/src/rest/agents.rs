@@ -1,6 +1,7 @@
 //! `/agents`: the server's own agent (`default`, its `[agent]` table) and each user's stored
 //! ones. An invalid config is 422 naming the field; the operator's limits are the ceiling.
 
+use super::JsonBody;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -51,7 +52,7 @@ pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest
 pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
-    Json(body): Json<Value>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Rest<Response> {
     let config = checked(&state, &body)?;
     if config.name == DEFAULT_AGENT {
@@ -107,7 +108,7 @@ pub async fn replace(
     State(state): State<Arc<ServerState>>,
     Path(name): Path<String>,
     user: AuthUser,
-    Json(mut body): Json<Value>,
+    JsonBody(mut body): JsonBody<Value>,
 ) -> Rest<Response> {
     if !is_identifier(&name) {
         return Err(no_such_agent());

@@ -3,6 +3,7 @@
 //! or a URL fetched through the SSRF guard), `GET /collections/{name}/documents`. A caller
 //! changes only their own collections; shared ones are listed and searchable by everyone.
 
+use super::JsonBody;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -83,7 +84,7 @@ fn valid_name(name: &str) -> bool {
 pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
-    Json(body): Json<NewCollection>,
+    JsonBody(body): JsonBody<NewCollection>,
 ) -> Rest<Response> {
     if !valid_name(&body.name) {
         return Err(invalid(
@@ -160,7 +161,7 @@ pub async fn add_document(
     State(state): State<Arc<ServerState>>,
     Path(name): Path<String>,
     user: AuthUser,
-    Json(body): Json<NewDocumentBody>,
+    JsonBody(body): JsonBody<NewDocumentBody>,
 ) -> Rest<Response> {
     let collection = own(&state, &user.id, &name).await?;
     let doc_body = match (body.text, body.url) {

@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod assets;
+pub mod body;
 pub mod collections;
 pub mod health;
 pub mod prompt_view;
@@ -12,3 +13,4 @@ pub mod threads;
 pub mod workflows;
 
 pub use crate::error::{identifier, ApiError, Rest};
+pub use body::JsonBody;

@@ -5,6 +5,7 @@
 //! turn of a thread like any other (its id is the assistant message's); its frames come over
 //! a channel, typed.
 
+use super::JsonBody;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -119,7 +120,7 @@ fn no_prompt() -> ApiError {
 pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
-    Json(body): Json<PromptRequest>,
+    JsonBody(body): JsonBody<PromptRequest>,
 ) -> Rest<Response> {
     let request = body.into_turn()?;
     let runtime = &state.runtime;
@@ -145,7 +146,7 @@ pub async fn approve(
     state: State<Arc<ServerState>>,
     id: Path<String>,
     user: AuthUser,
-    body: Json<DecisionRequest>,
+    body: JsonBody<DecisionRequest>,
 ) -> Rest<Response> {
     decide(state, id, user, body, ApprovalDecision::Allow).await
 }
@@ -155,7 +156,7 @@ pub async fn reject(
     state: State<Arc<ServerState>>,
     id: Path<String>,
     user: AuthUser,
-    body: Json<DecisionRequest>,
+    body: JsonBody<DecisionRequest>,
 ) -> Rest<Response> {
     decide(state, id, user, body, ApprovalDecision::Deny).await
 }
@@ -164,7 +165,7 @@ async fn decide(
     State(state): State<Arc<ServerState>>,
     Path(id): Path<String>,
     user: AuthUser,
-    Json(body): Json<DecisionRequest>,
+    JsonBody(body): JsonBody<DecisionRequest>,
     decision: ApprovalDecision,
 ) -> Rest<Response> {
     let runtime = &state.runtime;

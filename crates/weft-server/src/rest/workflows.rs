@@ -4,6 +4,7 @@
 //! is denied, nobody being there to answer it), and the answer is the finished run.
 //! Everything is the caller's own.
 
+use super::JsonBody;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -97,7 +98,7 @@ pub async fn node_types(
 pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
-    Json(body): Json<WorkflowBody>,
+    JsonBody(body): JsonBody<WorkflowBody>,
 ) -> Rest<Response> {
     let graph = checked(&state, &body)?;
     let now = now_ms();
@@ -156,7 +157,7 @@ pub async fn replace(
     State(state): State<Arc<ServerState>>,
     Path(id): Path<String>,
     user: AuthUser,
-    Json(body): Json<WorkflowBody>,
+    JsonBody(body): JsonBody<WorkflowBody>,
 ) -> Rest<Response> {
     owned(&state, &user.id, &id).await?;
     let graph = checked(&state, &body)?;
@@ -200,7 +201,7 @@ pub async fn run(
     State(state): State<Arc<ServerState>>,
     Path(id): Path<String>,
     user: AuthUser,
-    body: Option<Json<RunBody>>,
+    body: Option<JsonBody<RunBody>>,
 ) -> Rest<Response> {
     owned(&state, &user.id, &id).await?;
     let runtime = &state.runtime;
