@@ -445,16 +445,28 @@ async fn cost_comes_from_the_rate_card() {
 
 #[tokio::test]
 async fn write_tools_respect_the_category_in_events() {
-    // A read tool in Default mode runs without an approval request.
+    // In Default mode the write tool asks (its request says `write`); the read tool does not.
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
-        calls(&[("r", "reader", json!({}))]), {"text": "ok"}
+        calls(&[("r", "reader", json!({})), ("w", "writer", json!({}))]), {"text": "ok"}
     ]}]}))
     .tool(TestTool::new("reader").category(ToolCategory::Read))
+    .tool(TestTool::new("writer").category(ToolCategory::Write))
+    .config(|c| c.approval_timeout_ms = Some(50))
     .mode(weft_protocol::PermissionMode::Default);
     let (_, events) = h.run().await;
-    assert!(!events
+    let asked: Vec<(&str, ToolCategory)> = events
         .iter()
-        .any(|e| matches!(e, ServerEvent::ToolApprovalRequest { .. })));
+        .filter_map(|e| match e {
+            ServerEvent::ToolApprovalRequest { name, category, .. } => {
+                Some((name.as_str(), *category))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, [("writer", ToolCategory::Write)]);
+    assert_eq!(result_of(&events, "r").1, false, "the read tool ran");
+    let (timed_out, is_error) = result_of(&events, "w");
+    assert!(is_error, "nobody answered, so the write did not run: {timed_out}");
 }
 
 #[tokio::test]

@@ -170,13 +170,24 @@ async fn run_subtask_at_the_depth_limit_returns_a_depth_error() {
     assert!(lines(&events).contains(&"budget depth 4/3".to_owned()));
     let max_depth = outcome.tree.nodes.len();
     assert_eq!(max_depth, 4, "three nested subtasks plus the refused call");
-    // The level at the depth limit is not offered run_subtask.
+    // A subtask level is told to delegate exactly when it is offered run_subtask; the level
+    // at the depth limit is offered neither.
     let requests = h.provider.requests.lock();
-    let deepest = requests
+    let offered: Vec<(bool, bool)> = requests
         .iter()
-        .find(|r| !r.tools.iter().any(|t| t.name == "run_subtask"))
-        .unwrap();
-    assert!(!deepest.system.contains("run_subtask once per part"));
+        .filter(|r| r.system.starts_with(weft_core::prompts::SUBTASK_PROMPT_BASE))
+        .map(|r| {
+            (
+                r.tools.iter().any(|t| t.name == "run_subtask"),
+                r.system.contains(weft_core::prompts::SUBTASK_DELEGATION_LINE),
+            )
+        })
+        .collect();
+    assert!(offered.iter().all(|(tool, line)| tool == line), "{offered:?}");
+    assert!(
+        offered.contains(&(true, true)) && offered.contains(&(false, false)),
+        "{offered:?}"
+    );
 }
 
 #[tokio::test]

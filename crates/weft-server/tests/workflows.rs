@@ -377,7 +377,14 @@ async fn workflow_tools_ask_in_default_are_refused_in_plan_and_nest_their_nodes(
         ),
         (Some("write_file"), Some(call.as_str()), Some(1))
     );
+    // The nodes that ran before the write asked are reported under the tool call.
     let nodes = of_type(&frames, "node_update");
+    let who: Vec<&str> = nodes
+        .iter()
+        .filter(|f| f["node_id"] == "who")
+        .map(|f| f["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(who, ["running", "completed"], "{nodes:?}");
     assert!(nodes
         .iter()
         .all(|f| f["parent_id"] == call.as_str() && f["depth"] == 1));
