@@ -294,6 +294,33 @@ async fn invalid_payloads_are_retried_up_to_the_limit_then_schema_not_satisfied(
 }
 
 #[tokio::test]
+async fn a_structured_subtask_that_never_finishes_ends_at_its_iteration_limit() {
+    let h = Harness::new(schema_script(json!([{"text": "still thinking", "repeat": true}])))
+        .user("outer")
+        .config(|c| c.max_iterations_per_level = 4);
+    let (outcome, events) = h.run().await;
+    let (text, is_error) = result_of(&events, "s");
+    assert!(is_error, "{text}");
+    let error: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"], "schema_not_satisfied", "{text}");
+    // Each plain answer was met with the reminder, up to the limit; the turn goes on.
+    let requests = h.provider.requests.lock();
+    let child: Vec<_> = requests
+        .iter()
+        .filter(|r| r.messages[0].text() == "structured work")
+        .collect();
+    assert_eq!(child.len(), 4);
+    let reminders = child[3]
+        .messages
+        .iter()
+        .filter(|m| m.text() == weft_core::prompts::FINISH_SUBTASK_REMINDER)
+        .count();
+    assert_eq!(reminders, 3);
+    assert!(lines(&events).contains(&"budget iterations 5/4".to_owned()), "{:?}", lines(&events));
+    assert_eq!(outcome.end, TurnEnd::Completed);
+}
+
+#[tokio::test]
 async fn a_subtask_provider_error_is_its_error_result() {
     let h = Harness::new(json!({"conversations": [
         {"match": "outer", "steps": [

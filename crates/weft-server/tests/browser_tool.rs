@@ -29,6 +29,9 @@ fn script(base: &str) -> Value {
             call("e", json!({"action": "extract", "selector": "#out"})),
             call("s", json!({"action": "screenshot"})),
             {"text": "done", "repeat": true}]},
+        {"match": "just open the form", "steps": [
+            call("o", json!({"action": "open", "url": format!("{base}/form")})),
+            {"text": "done", "repeat": true}]},
         {"match": "follow the redirect", "steps": [
             call("r", json!({"action": "open", "url": format!("{base}/redirect")})),
             call("x", json!({"action": "extract"})),
@@ -107,6 +110,32 @@ async fn the_browser_fills_a_form_reads_the_result_and_takes_a_screenshot() {
     assert_eq!(response.headers()["content-type"], "image/png");
     let png = response.bytes().await.unwrap();
     assert_eq!(&png[..4], b"\x89PNG");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_browser_asks_first_in_default_mode_and_a_denial_opens_nothing() {
+    let site = pages().await;
+    let server = TestServer::start_with(script(&site.uri()), |c| {
+        c.policy.allow_private_network = true;
+    })
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "just open the form", json!({"permission_mode": "default"})).await;
+    let frames = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    let request = frames.last().unwrap();
+    assert_eq!(
+        (request["name"].as_str(), request["category"].as_str()),
+        (Some("browser"), Some("external"))
+    );
+    c.send(json!({"type": "tool_approval_response", "tool_call_id": request["tool_call_id"], "decision": "deny"}))
+        .await;
+    let frames = c.turn().await;
+    let thread = thread_of(&frames);
+    let results = results(&server, &thread).await;
+    assert_eq!(results.len(), 1);
+    assert!(results[0].0 && results[0].1.contains("denied"), "{results:?}");
+    assert!(site.received_requests().await.unwrap().is_empty(), "no page was opened");
     server.stop().await;
 }
 

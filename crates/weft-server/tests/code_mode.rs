@@ -233,3 +233,36 @@ async fn an_unknown_mode_is_refused_and_code_is_listed() {
     assert!(error["message"].as_str().unwrap().contains("classic, code"));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn modes_are_listed_with_their_rounds_and_code_stops_after_ten() {
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"text": "```js\n1 + 1\n```", "repeat": true}
+    ]}]}))
+    .await;
+    let (status, modes) = server.get("/modes", None).await;
+    assert_eq!(status, 200);
+    let listed: Vec<(&str, u64)> = modes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["max_rounds"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(listed, [("classic", 20), ("code", 10)]);
+    assert!(modes.as_array().unwrap().iter().all(|m| m["display_name"].is_string()));
+
+    // A model that always answers with more code gets ten rounds.
+    let mut c = server.client().await;
+    c.chat(None, "keep going", json!({"mode": "code"})).await;
+    let frames = c.turn().await;
+    let runs = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .filter(|f| f["name"] == "code.execute" && f["status"] == "end")
+        .count();
+    assert_eq!(runs, 10);
+    assert_eq!(server.provider.requests().len(), 10);
+    let budget = of_type(&frames, "budget_exceeded");
+    assert_eq!(budget.len(), 1, "{frames:?}");
+    assert_eq!((budget[0]["reason"].as_str(), budget[0]["limit"].as_u64()), (Some("iterations"), Some(10)));
+    server.stop().await;
+}

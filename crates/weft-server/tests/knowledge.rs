@@ -24,6 +24,9 @@ fn script() -> Value {
         {"match": "search everything", "steps": [
             {"tool_calls": [{"id": "s", "name": "search_collections", "arguments": {"query": "feline"}}]},
             {"text": "searched", "repeat": true}]},
+        {"match": "what can I search", "steps": [
+            {"tool_calls": [{"id": "l", "name": "list_collections", "arguments": {}}]},
+            {"text": "listed", "repeat": true}]},
         {"match": "note my colour", "steps": [
             {"tool_calls": [{"id": "r", "name": "remember", "arguments": {"fact": "The user's favourite colour is teal."}}]},
             {"text": "noted", "repeat": true}]},
@@ -322,5 +325,43 @@ async fn memory_tools_and_recall_into_the_system_prompt() {
     assert!(!bobs.system.contains("teal"));
     let (_, list) = server.get("/collections", ALICE).await;
     assert!(list.as_array().unwrap().is_empty(), "{list}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn list_collections_in_a_turn_shows_the_users_own_and_shared_ones() {
+    let server = TestServer::start_with(script(), keys).await;
+    atlas(&server).await;
+    let (status, _) = post(&server, "/collections", ALICE, json!({"name": "diary", "description": "private"})).await;
+    assert_eq!(status, 201);
+    let listed = |key| {
+        let server = &server;
+        async move {
+            let mut c = server.client_with_key(key).await.unwrap();
+            c.chat(None, "what can I search", json!({})).await;
+            let frames = c.turn().await;
+            assert!(of_type(&frames, "tool_approval_request").is_empty(), "a read tool");
+            let request = server.provider.requests().pop().unwrap();
+            let result: Value =
+                serde_json::from_str(&request.messages.last().unwrap().text()).unwrap();
+            let mut names: Vec<(String, String)> = result["collections"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap().to_owned(),
+                        c["description"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let own = |n: &str, d: &str| (n.to_owned(), d.to_owned());
+    assert_eq!(listed(ALICE).await, [own("atlas", "places"), own("diary", "private")]);
+    // Bob sees the shared atlas, not alice's diary.
+    assert_eq!(listed(BOB).await, [own("atlas", "places")]);
     server.stop().await;
 }

@@ -451,3 +451,66 @@ async fn rest_runs_count_against_the_users_limits() {
     assert_eq!(status, 404, "not bob's workflow, and not refused for alice's runs");
     server.stop().await;
 }
+
+/// Each tool's result in a turn's frames, by tool name.
+fn results_by_name(frames: &[Value]) -> std::collections::BTreeMap<String, (bool, String)> {
+    of_type(frames, "tool_call_update")
+        .into_iter()
+        .filter(|f| f["status"] == "end")
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_owned(),
+                (
+                    f["is_error"].as_bool().unwrap(),
+                    f["result"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_read_tools_list_read_and_describe_workflows_of_their_owner_only() {
+    let server = server().await;
+    let id = save(&server, greeter()).await;
+    server.provider.set_script(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [
+            {"id": "lw", "name": "list_workflows", "arguments": {}},
+            {"id": "gw", "name": "get_workflow", "arguments": {"workflow_id": id}},
+            {"id": "nt", "name": "list_node_types", "arguments": {"query": "template"}}]},
+        {"text": "looked", "repeat": true}]}]}));
+
+    // Read tools: no approval in Default mode.
+    let mut alice = server.client_with_key(ALICE).await.unwrap();
+    alice.chat(None, "look", json!({})).await;
+    let frames = alice.turn().await;
+    assert!(of_type(&frames, "tool_approval_request").is_empty());
+    let results = results_by_name(&frames);
+    let listed: Value = serde_json::from_str(&results["list_workflows"].1).unwrap();
+    assert_eq!(
+        listed,
+        json!([{"id": id, "name": "greeter", "description": "greets"}])
+    );
+    let read: Value = serde_json::from_str(&results["get_workflow"].1).unwrap();
+    let (_, saved) = server.get(&format!("/workflows/{id}"), ALICE).await;
+    assert_eq!((&read["name"], &read["graph"]), (&json!("greeter"), &saved["graph"]));
+    let types: Value = serde_json::from_str(&results["list_node_types"].1).unwrap();
+    let names: Vec<&str> = types
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"text.template"), "{names:?}");
+    assert!(names.iter().all(|n| n.contains("template")), "{names:?}");
+    assert!(types[0]["inputs"]["properties"].is_object(), "ports as JSON Schemas");
+
+    // Another user sees none of it.
+    let mut bob = server.client_with_key(BOB).await.unwrap();
+    bob.chat(None, "look", json!({})).await;
+    let results = results_by_name(&bob.turn().await);
+    assert_eq!(results["list_workflows"], (false, "[]".to_owned()));
+    let (is_error, text) = &results["get_workflow"];
+    assert!(*is_error && text.contains("no workflow"), "{text}");
+    server.stop().await;
+}
