@@ -20,7 +20,7 @@ use rquickjs::{
 use serde::Deserialize;
 
 /// What a run may use.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct Limits {
     /// CPU time of one run (time spent waiting for tools does not count).

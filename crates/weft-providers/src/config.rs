@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct ProviderConfig {
     /// `openai`, `anthropic`, `scripted`; absent → picked from the environment.
@@ -13,7 +13,7 @@ pub struct ProviderConfig {
     pub model: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct ProvidersConfig {
     pub scripted: ScriptedConfig,
@@ -21,13 +21,13 @@ pub struct ProvidersConfig {
     pub anthropic: RemoteProviderConfig,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct ScriptedConfig {
     pub script: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct RemoteProviderConfig {
     pub api_key: Option<String>,

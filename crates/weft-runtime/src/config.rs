@@ -7,7 +7,7 @@ use serde::Deserialize;
 use weft_core::{ContextWindows, RateCard};
 use weft_protocol::AgentConfig;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -39,7 +39,7 @@ pub struct Config {
 
 
 /// How workflow runs are bounded (beyond the turn's budget they run under).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct WorkflowConfig {
     /// The node registry, workflow tools, route 1 and the editor context; off leaves them out.
@@ -92,7 +92,7 @@ impl WorkflowConfig {
 }
 
 /// Where asset bytes (offloaded tool results, media) are kept.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct AssetsConfig {
     /// A local directory (created if missing).
@@ -105,7 +105,7 @@ pub struct AssetsConfig {
 
 /// `[assets.s3]`: an S3-compatible bucket (AWS, MinIO, Ceph, R2…). Credentials absent here
 /// come from the usual `AWS_*` environment variables.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
     pub bucket: String,
@@ -131,7 +131,7 @@ impl Default for AssetsConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct ServerConfig {
     pub bind: String,
@@ -190,7 +190,7 @@ impl Default for ServerConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct DatabaseConfig {
     pub url: String,
@@ -208,7 +208,7 @@ impl Default for DatabaseConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct PolicyConfig {
     pub workspace_root: PathBuf,
@@ -230,13 +230,13 @@ impl Default for PolicyConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct AuthConfig {
     pub api_keys: Vec<ApiKeyEntry>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub struct ApiKeyEntry {
     pub key: String,
     pub user: String,

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 /// `[embeddings]`: absent `url` means no embeddings (full text only).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct EmbeddingsConfig {
     /// Base URL of an OpenAI-compatible API (`…/v1`); `POST {url}/embeddings`.

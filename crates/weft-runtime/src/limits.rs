@@ -10,7 +10,7 @@ use governor::{DefaultKeyedRateLimiter, Quota};
 use parking_lot::Mutex;
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct LimitsConfig {
     /// Turns one user may have running at once (0: no limit).

@@ -11,7 +11,7 @@ use weft_providers::HttpOptions;
 use weft_tools::media::{GenerateImage, TextToSpeech};
 use weft_tools::web::AssetSink;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct MediaConfig {
     /// Base URL of an OpenAI-compatible Images API (`…/v1`); absent: no image generation.

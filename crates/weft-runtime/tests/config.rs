@@ -127,6 +127,77 @@ fn the_shipped_default_config_loads() {
     assert_eq!(config.database.sqlite_synchronous, "normal");
 }
 
+/// Tables whose keys are the user's own (model names), documented by their header alone.
+const FREE_FORM: [&str; 3] = ["pricing", "context_windows", "agent.injected_tool_args"];
+
+/// Every key path of a config value: `server.bind`, `mcp.servers.name` (an array's keys from
+/// its first element), a free-form table or an unset section as a path of its own.
+fn key_paths(value: &serde_json::Value, prefix: &str, paths: &mut Vec<String>) {
+    let child = |key: &str| {
+        if prefix.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
+    match value {
+        serde_json::Value::Object(map) if !map.is_empty() && !FREE_FORM.contains(&prefix) => {
+            for (key, value) in map {
+                key_paths(value, &child(key), paths);
+            }
+        }
+        serde_json::Value::Array(items) if items.first().is_some_and(|i| i.is_object()) => {
+            paths.push(prefix.to_owned());
+            key_paths(&items[0], prefix, paths);
+        }
+        _ => paths.push(prefix.to_owned()),
+    }
+}
+
+/// Whether `config/default.toml` mentions `path`, set or commented out: `key =` under its
+/// table's header, or a header of its own.
+fn documented(text: &str, path: &str) -> bool {
+    let header = |line: &str| -> Option<String> {
+        let line = line.trim_start_matches('#').trim();
+        let inner = line.strip_prefix("[[").and_then(|l| l.split_once("]]"))
+            .or_else(|| line.strip_prefix('[').and_then(|l| l.split_once(']')))?;
+        let rest = inner.1.trim();
+        (rest.is_empty() || rest.starts_with('#')).then(|| inner.0.to_owned())
+    };
+    let (table, key) = path.rsplit_once('.').unwrap_or(("", path));
+    let mut current = String::new();
+    for line in text.lines() {
+        if let Some(name) = header(line) {
+            if name == path {
+                return true;
+            }
+            current = name;
+            continue;
+        }
+        let assignment = line.trim_start_matches(|c| c == '#' || c == ' ');
+        let sets_key = assignment
+            .strip_prefix(key)
+            .is_some_and(|rest| rest.trim_start().starts_with('='));
+        if current == table && sets_key {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn the_shipped_default_config_documents_every_key() {
+    let text = include_str!("../../../config/default.toml");
+    let mut config = Config::default();
+    // Keys of optional sections and of list entries come from a filled-in example.
+    config.mcp.servers = vec![toml::from_str("name = \"files\"\ncommand = \"npx\"").unwrap()];
+    let mut paths = Vec::new();
+    key_paths(&serde_json::to_value(&config).unwrap(), "", &mut paths);
+    assert!(paths.len() > 100, "{paths:?}");
+    let missing: Vec<&String> = paths.iter().filter(|p| !documented(text, p)).collect();
+    assert!(missing.is_empty(), "config/default.toml does not mention {missing:?}");
+}
+
 #[test]
 fn weft_database_url_beats_database_url() {
     let mut config = Config::default();

@@ -376,6 +376,9 @@ async fn a_symlink_swapped_under_concurrent_reads_and_writes_never_leads_out() {
     let ws = server.workspace.clone();
     std::fs::create_dir_all(ws.join("inside")).unwrap();
     std::fs::write(ws.join("inside/secret.txt"), "harmless").unwrap();
+    // `swap` is a link before the turn starts (a write would otherwise make it a directory,
+    // which no link can replace).
+    std::os::unix::fs::symlink("inside", ws.join("swap")).unwrap();
     // A thread swaps `swap` between a link inside and links out (absolute, and by `..`).
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let swapper = {

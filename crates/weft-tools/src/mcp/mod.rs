@@ -25,14 +25,14 @@ use server::{Catalog, Server};
 
 /// `[mcp]`: the servers whose tools the agent may use (those the policy's
 /// `allowed_mcp_servers` names).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct McpConfig {
     pub servers: Vec<McpServerConfig>,
 }
 
 /// `[[mcp.servers]]`: a child process (`command`, `args`, `env`) or a URL.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     pub name: String,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 /// `[web]`: the search backend (none: no `web_search`) and `fetch_url`'s caps.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct WebConfig {
     /// `searxng`, `brave` or `tavily`; absent: no `web_search` tool.

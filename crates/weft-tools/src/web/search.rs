@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use weft_core::{Tool, ToolContext, ToolError};
 
 /// Which search service answers, and how to reach it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchBackend {
     Searxng,
