@@ -13,7 +13,6 @@ pub mod error;
 pub mod frame;
 pub mod knowledge;
 pub mod limits;
-pub mod media;
 pub mod metrics;
 pub mod persist;
 pub mod read_artifact;

@@ -25,12 +25,11 @@ use crate::error::Refusal;
 use crate::frame::{SubscriberId, SubscriberIds};
 use crate::knowledge::Knowledge;
 use crate::limits::UserLimits;
-use crate::media::Media;
 use crate::metrics::Metrics;
 use crate::read_artifact::ReadArtifact;
 use crate::threads::ThreadHub;
 use crate::workflows::StoreLibrary;
-use weft_providers::Providers;
+use weft_providers::{MediaGenerators, Providers};
 
 pub struct Runtime {
     pub config: Config,
@@ -50,7 +49,7 @@ pub struct Runtime {
     pub node_registry: Option<Arc<NodeRegistry>>,
     pub hub: ThreadHub,
     /// Image and speech generators (the media tools and the media route).
-    pub media: Arc<Media>,
+    pub media: Arc<MediaGenerators>,
     /// Collections and long-term memory.
     pub knowledge: Arc<Knowledge>,
     /// MCP servers' tools, which may change while the server runs.
@@ -124,7 +123,7 @@ impl Runtime {
         sync_keys(&config, &store, local_user).await?;
         let workspace = workspace_root(&config)?;
         let assets = Arc::new(asset_store(&config, &store)?);
-        let media = Arc::new(Media::from_config(&config.media).map_err(StartupError::Config)?);
+        let media = Arc::new(MediaGenerators::from_config(&config.media).map_err(StartupError::Config)?);
         let knowledge = Arc::new(knowledge(&config, &store)?);
         let tools = tools(&config, &store, &assets, &media, &knowledge).await?;
         let policies = [
@@ -324,7 +323,7 @@ async fn tools(
     config: &Config,
     store: &Store,
     assets: &Arc<AssetStore>,
-    media: &Media,
+    media: &MediaGenerators,
     knowledge: &Arc<Knowledge>,
 ) -> Result<Tools, StartupError> {
     let mut all = weft_tools::builtin_tools();
@@ -338,7 +337,7 @@ async fn tools(
     )
     .await;
     all.extend(mcp.current());
-    all.extend(media.tools(&sink));
+    all.extend(weft_tools::media::media_tools(media, &sink));
     match weft_tools::web::BrowserTool::new(
         config.web.browser_executable.clone(),
         web.net.clone(),

@@ -112,3 +112,24 @@ impl Tool for TextToSpeech {
         .map_err(ToolError::model)
     }
 }
+
+/// `generate_image` and `text_to_speech`, for the generators there are.
+pub fn media_tools(
+    media: &weft_providers::MediaGenerators,
+    assets: &Arc<dyn AssetSink>,
+) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    if let Some(images) = &media.images {
+        tools.push(Arc::new(GenerateImage {
+            images: images.clone(),
+            assets: assets.clone(),
+        }));
+    }
+    if let Some(speech) = &media.speech {
+        tools.push(Arc::new(TextToSpeech {
+            speech: speech.clone(),
+            assets: assets.clone(),
+        }));
+    }
+    tools
+}

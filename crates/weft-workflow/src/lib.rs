@@ -3,6 +3,7 @@
 //! model through the turn they run in — gated, budgeted and recorded like tool calls.
 
 pub mod builder;
+pub mod config;
 pub mod editor_prompt;
 pub mod executor;
 pub mod graph;
@@ -16,6 +17,7 @@ pub mod tools;
 pub mod validate;
 
 pub use builder::{BuildWorkflow, BUILD_WORKFLOW};
+pub use config::WorkflowConfig;
 pub use editor_prompt::editor_prompt;
 pub use executor::execute;
 pub use run::{Job, NodeRun, NodeStatus, RunBudget, RunLimits, RunResult, RunStatus};

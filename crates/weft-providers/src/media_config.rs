@@ -1,17 +1,15 @@
 //! `[media]`: which image and speech generators this server has (OpenAI-compatible APIs, or
-//! `espeak-ng` for speech offline) and the media tools built on them.
+//! `espeak-ng` for speech offline).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Deserialize;
-use weft_core::Tool;
-use weft_providers::media::{ImageGenerator, MediaApi, SpeechGenerator};
-use weft_providers::HttpOptions;
-use weft_tools::media::{GenerateImage, TextToSpeech};
-use weft_tools::web::AssetSink;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+use crate::media::{ImageGenerator, MediaApi, SpeechGenerator};
+use crate::HttpOptions;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct MediaConfig {
     /// Base URL of an OpenAI-compatible Images API (`…/v1`); absent: no image generation.
@@ -49,13 +47,13 @@ impl Default for MediaConfig {
 }
 
 /// The generators `[media]` describes.
-pub struct Media {
+pub struct MediaGenerators {
     pub images: Option<Arc<ImageGenerator>>,
     pub speech: Option<Arc<SpeechGenerator>>,
 }
 
-impl Media {
-    pub fn from_config(config: &MediaConfig) -> Result<Media, String> {
+impl MediaGenerators {
+    pub fn from_config(config: &MediaConfig) -> Result<MediaGenerators, String> {
         let options = HttpOptions {
             read_timeout: std::time::Duration::from_millis(config.timeout_ms),
             max_retries: config.max_retries,
@@ -86,24 +84,6 @@ impl Media {
             })),
             None => None,
         };
-        Ok(Media { images, speech })
-    }
-
-    /// `generate_image` and `text_to_speech`, for the generators there are.
-    pub fn tools(&self, assets: &Arc<dyn AssetSink>) -> Vec<Arc<dyn Tool>> {
-        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        if let Some(images) = &self.images {
-            tools.push(Arc::new(GenerateImage {
-                images: images.clone(),
-                assets: assets.clone(),
-            }));
-        }
-        if let Some(speech) = &self.speech {
-            tools.push(Arc::new(TextToSpeech {
-                speech: speech.clone(),
-                assets: assets.clone(),
-            }));
-        }
-        tools
+        Ok(MediaGenerators { images, speech })
     }
 }
