@@ -24,15 +24,13 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 pub struct AnthropicProvider {
     endpoint: Endpoint,
-    /// The models behind the endpoint make several tool calls in one response.
-    parallel_tool_calls: bool,
 }
 
 impl AnthropicProvider {
     /// Whether the models behind the endpoint make several tool calls in one response
     /// (`[providers.anthropic] parallel_tool_calls`); without, each request asks for one.
     pub fn with_parallel_tool_calls(mut self, parallel: bool) -> Self {
-        self.parallel_tool_calls = parallel;
+        self.endpoint.parallel_tool_calls = parallel;
         self
     }
 
@@ -43,7 +41,6 @@ impl AnthropicProvider {
     ) -> Result<Self, ProviderError> {
         Ok(AnthropicProvider {
             endpoint: Endpoint::new(DEFAULT_BASE_URL, base_url, api_key, options)?,
-            parallel_tool_calls: true,
         })
     }
 }
@@ -264,10 +261,7 @@ impl Provider for AnthropicProvider {
     }
 
     fn capabilities(&self, _model: &str) -> Capabilities {
-        Capabilities {
-            tools: true,
-            parallel_tool_calls: self.parallel_tool_calls,
-        }
+        self.endpoint.capabilities()
     }
 
     async fn stream(

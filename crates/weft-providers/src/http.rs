@@ -178,9 +178,19 @@ pub struct Endpoint {
     pub base_url: String,
     pub api_key: Option<String>,
     pub options: HttpOptions,
+    /// The models behind it make several tool calls in one response.
+    pub parallel_tool_calls: bool,
 }
 
 impl Endpoint {
+    /// What the models behind this endpoint can do.
+    pub fn capabilities(&self) -> weft_core::Capabilities {
+        weft_core::Capabilities {
+            tools: true,
+            parallel_tool_calls: self.parallel_tool_calls,
+        }
+    }
+
     /// `base_url` (else `default_base_url`) and `api_key`, with a client for `options`.
     pub fn new(
         default_base_url: &str,
@@ -196,6 +206,7 @@ impl Endpoint {
                 .to_owned(),
             api_key: api_key.map(str::to_owned),
             options,
+            parallel_tool_calls: true,
         })
     }
 }

@@ -22,15 +22,13 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 pub struct OpenAiProvider {
     endpoint: Endpoint,
-    /// The models behind the endpoint make several tool calls in one response.
-    parallel_tool_calls: bool,
 }
 
 impl OpenAiProvider {
     /// Whether the models behind the endpoint make several tool calls in one response
     /// (`[providers.openai] parallel_tool_calls`); without, each request asks for one.
     pub fn with_parallel_tool_calls(mut self, parallel: bool) -> Self {
-        self.parallel_tool_calls = parallel;
+        self.endpoint.parallel_tool_calls = parallel;
         self
     }
 
@@ -41,7 +39,6 @@ impl OpenAiProvider {
     ) -> Result<Self, ProviderError> {
         Ok(OpenAiProvider {
             endpoint: Endpoint::new(DEFAULT_BASE_URL, base_url, api_key, options)?,
-            parallel_tool_calls: true,
         })
     }
 }
@@ -263,10 +260,7 @@ impl Provider for OpenAiProvider {
     }
 
     fn capabilities(&self, _model: &str) -> Capabilities {
-        Capabilities {
-            tools: true,
-            parallel_tool_calls: self.parallel_tool_calls,
-        }
+        self.endpoint.capabilities()
     }
 
     async fn stream(
