@@ -336,13 +336,13 @@ async fn resources_and_prompts_take_their_servers_category_and_list_what_there_i
         prompts.description
     );
 
-    c.chat(None, "greet please", json!({"permission_mode": "plan"}))
+    c.chat(None, "greet please", json!({"permission_mode": "auto"}))
         .await;
     c.turn().await;
     assert_eq!(server.last_tool_result(), "user: Say hello to Ada, warmly.");
 
     // A resource the server does not have is an error the model reads.
-    c.chat(None, "missing please", json!({"permission_mode": "plan"}))
+    c.chat(None, "missing please", json!({"permission_mode": "auto"}))
         .await;
     let frames = c.turn().await;
     let end = tool_end(&frames).clone();
