@@ -2,7 +2,8 @@
 //! pending, and with 200 turns running; then a restart on the same database must close every
 //! unfinished turn as `interrupted` with its partial text, answer every unanswered call with
 //! "interrupted", expire pending approvals, answer `resume_chat` from the store, and take the
-//! next turn. On SQLite and on PostgreSQL.
+//! next turn. A kill the moment `turn_started` arrives keeps the message that started it. On
+//! SQLite and on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -147,8 +148,7 @@ async fn pending_approval(postgres: bool) {
     send(&mut ws, chat("save my notes", None)).await;
     let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
     let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
-    // The response and its calls are committed long before this.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed the moment the approval is asked: what was announced is on record.
     server.kill().await;
 
     let server = Server::start(&db, &script).await;
@@ -252,12 +252,9 @@ async fn under_load(postgres: bool) {
     let server = Server::start(&db, &script).await;
     let mut interrupted = 0;
     for thread in &threads {
+        // Every turn a client saw start is on record.
         let messages = server.get(&format!("/threads/{thread}/messages")).await;
-        let Some(messages) = messages.as_array() else {
-            // Its start never reached the database: nothing to be inconsistent.
-            assert_eq!(messages["error"]["code"], "thread_not_found", "{messages}");
-            continue;
-        };
+        let messages = messages.as_array().unwrap_or_else(|| panic!("{messages}"));
         assert_eq!(messages.len(), 2, "{messages:?}");
         let status = messages[1]["status"].as_str().unwrap();
         assert!(status == "interrupted" || status == "completed", "{status}");
@@ -282,4 +279,38 @@ async fn kill_with_200_turns_running_then_restart_on_sqlite() {
 #[tokio::test]
 async fn kill_with_200_turns_running_then_restart_on_postgres() {
     under_load(true).await;
+}
+
+async fn kill_at_turn_started(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["slowly "], "delay_ms": 2000}, {"text": "again"}]}]});
+    let server = Server::start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("keep this message", None)).await;
+    let started = until(&mut ws, |f| f["type"] == "turn_started").await;
+    server.kill().await;
+    let thread = started[0]["thread_id"].as_str().unwrap().to_owned();
+
+    let server = Server::start(&db, &script).await;
+    let messages = server.get(&format!("/threads/{thread}/messages")).await;
+    let messages = messages.as_array().unwrap_or_else(|| panic!("{messages}"));
+    let kept: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kept, [("user", "completed"), ("assistant", "interrupted")]);
+    assert_eq!(messages[0]["content"], "keep this message");
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn kill_the_moment_a_turn_starts_then_restart_on_sqlite() {
+    kill_at_turn_started(false).await;
+}
+
+#[tokio::test]
+async fn kill_the_moment_a_turn_starts_then_restart_on_postgres() {
+    kill_at_turn_started(true).await;
 }

@@ -458,12 +458,22 @@ async fn ask(
     let id = &call.wire_id;
     // Register before announcing, so an instant answer finds its waiter.
     let reply = turn.gate.request(id, name, hitl);
-    turn.recorder.approval_requested(&ApprovalRequest {
+    let stored = turn.recorder.approval_requested(&ApprovalRequest {
         id,
         tool: name,
         args,
         injected,
     });
+    // Asked only once it is on record: an answer may come after a restart.
+    let kept = tokio::select! {
+        biased;
+        () = turn.cancel.cancelled() => Err(prompts::CANCELLED_RESULT.to_owned()),
+        kept = stored => kept.map_err(|e| format!("error: the approval could not be kept: {e}")),
+    };
+    if let Err(message) = kept {
+        turn.gate.withdraw(id);
+        return Err(Settled::error(message).with_approval(ApprovalStatus::Rejected));
+    }
     turn.events.emit(ServerEvent::ToolApprovalRequest {
         tool_call_id: id.clone(),
         name: name.to_owned(),

@@ -59,6 +59,7 @@ pub use provider::{
 };
 pub use record::{
     new_call_id, ApprovalRequest, Call, ModelCallRecord, NoRecord, Place, RecordedResult, Recorder,
+    Stored,
 };
 pub use scope::TurnScope;
 pub use tokens::{bytes_bound, TokenCounter};

@@ -58,13 +58,20 @@ pub trait Recorder: Send + Sync {
     /// The history was compacted: `summary` replaced everything before the newest `kept`
     /// messages.
     fn summary(&self, _place: Place<'_>, _summary: &str, _kept: usize) {}
-    /// The user is asked to approve a call (before the request goes out).
-    fn approval_requested(&self, _request: &ApprovalRequest<'_>) {}
+    /// The user is about to be asked to approve a call; the request goes out once the
+    /// returned future resolves (the approval is on record by then, so it can be answered
+    /// after a restart). An error means it could not be kept: the call is not asked for.
+    fn approval_requested(&self, _request: &ApprovalRequest<'_>) -> Stored {
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// An approval request ended.
     fn approval_resolved(&self, _id: &str, _outcome: ApprovalOutcome) {}
     /// A provider call ended (however it ended).
     fn model_call(&self, _call: &ModelCallRecord) {}
 }
+
+/// Resolves once what was recorded is durable; the error says why it is not.
+pub type Stored = futures::future::BoxFuture<'static, Result<(), String>>;
 
 /// A call waiting for the user's approval, as the record keeps it.
 #[derive(Debug, Clone, Copy)]

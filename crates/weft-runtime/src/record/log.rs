@@ -1,10 +1,10 @@
-//! `TurnLog`: a turn's conversation record on its way to the database, never awaited (the
-//! loop goes on while commits are in flight). A response is held until its round's results
+//! `TurnLog`: a turn's conversation record on its way to the database, not awaited (the
+//! loop goes on while commits are in flight) except before a person is asked to approve. A response is held until its round's results
 //! come, so a round is one write; a turn has at most one write in flight, and rounds that
 //! complete meanwhile go out together when it lands (a round per commit when the database
 //! keeps up, bigger writes when it does not). Anything held, and root-level text still
 //! streaming, goes out at least every second, and at once when the turn asks the user for
-//! an approval. A write that fails stops the turn.
+//! an approval (the request waits for that commit). A write that fails stops the turn.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use serde_json::Value;
-use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder};
+use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder, Stored};
 use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
 use weft_store::{now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Store, WriteOp};
 
@@ -78,8 +78,8 @@ impl TurnLog {
         })
     }
 
-    /// Hold `op` until the next flush (the turn's start waits for its first round).
-    pub fn hold(&self, op: WriteOp) {
+    /// Hold `op` until the next flush.
+    fn hold(&self, op: WriteOp) {
         self.state.lock().held.push(op);
     }
 
@@ -272,8 +272,9 @@ impl Recorder for TurnLog {
         self.flush();
     }
 
-    /// The approval is stored (pending) before the user is asked, at once.
-    fn approval_requested(&self, request: &ApprovalRequest<'_>) {
+    /// The approval is written (pending) at once, with everything held before it; the user
+    /// is asked once it is committed.
+    fn approval_requested(&self, request: &ApprovalRequest<'_>) -> Stored {
         self.submit(WriteOp::InsertApproval(ApprovalRow {
             id: request.id.to_owned(),
             thread_id: self.thread_id.clone(),
@@ -285,6 +286,14 @@ impl Recorder for TurnLog {
             injected_args: (!request.injected.is_empty())
                 .then(|| Value::Object(request.injected.clone()).to_string()),
         }));
+        let me = self.me.clone();
+        Box::pin(async move {
+            let Some(log) = me.upgrade() else {
+                return Err("the turn has ended".to_owned());
+            };
+            log.settled().await;
+            log.failure().map_or(Ok(()), Err)
+        })
     }
 
     fn approval_resolved(&self, id: &str, outcome: ApprovalOutcome) {

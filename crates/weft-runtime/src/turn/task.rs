@@ -76,11 +76,6 @@ impl Runtime {
             slot,
         } = launch;
         let thread = claim.runtime;
-        thread.publish(ServerEvent::TurnStarted {
-            message_id: claim.message_id.clone(),
-            permission_mode,
-            mode: mode_name.clone(),
-        });
         let log = TurnLog::new(
             self.store.clone(),
             &thread.id,
@@ -155,6 +150,13 @@ impl TurnTask {
             .await
         {
             Ok((history, record)) => {
+                // Announced once the thread and both messages are committed: a client that
+                // saw `turn_started` finds its message after any crash.
+                self.thread.publish(ServerEvent::TurnStarted {
+                    message_id: self.message_id.clone(),
+                    permission_mode: self.permission_mode,
+                    mode: self.mode_name.clone(),
+                });
                 spec.history = history;
                 self.drive(spec, mode, record).await;
             }
@@ -162,7 +164,7 @@ impl TurnTask {
                 tracing::error!(error = %e, thread = %self.thread.id, "cannot start a turn");
                 self.publish_error(
                     ErrorCode::Internal,
-                    "the conversation could not be read; see the server log".into(),
+                    "the turn could not be started; see the server log".into(),
                 );
                 self.publish_done();
             }
@@ -172,9 +174,9 @@ impl TurnTask {
     }
 
     /// Read the history (an existing thread's record, pruned to the agent's
-    /// `max_history_tokens`), then hand the thread (when new), the user message and the
-    /// running assistant message to the writer. Nothing here waits for a commit: the model
-    /// call goes ahead while it is in flight.
+    /// `max_history_tokens`), then write the thread (when new), the user message and the
+    /// running assistant message, and wait for the commit (group commit shares it with
+    /// other turns starting meanwhile).
     async fn begin(
         &self,
         new_thread: Option<ThreadRow>,
@@ -200,24 +202,24 @@ impl TurnTask {
             agent: &self.agent_name,
             mode: &self.mode_name,
         };
-        // Held, not written: they go out with the first round (or within a second).
+        let mut start = vec![WriteOp::BeginTurn {
+            thread: new_thread,
+            messages: vec![user_message.clone(), running_message(&record)],
+        }];
         if let Some(mode) = self.mode_change {
-            self.log.hold(WriteOp::SetThreadMode {
+            start.push(WriteOp::SetThreadMode {
                 id: self.thread.id.to_string(),
                 mode: mode.as_str().to_owned(),
             });
         }
         if let Some(agent) = &self.agent_change {
-            self.log.hold(WriteOp::SetThreadAgent {
+            start.push(WriteOp::SetThreadAgent {
                 id: self.thread.id.to_string(),
                 agent: Some(agent.clone()),
             });
         }
-        messages.push(user_message.clone());
-        self.log.hold(WriteOp::BeginTurn {
-            thread: new_thread,
-            messages: vec![user_message, running_message(&record)],
-        });
+        store.write(WriteOp::Many(start)).await?;
+        messages.push(user_message);
         let history = provider_history(
             &messages,
             &items,
