@@ -295,11 +295,9 @@ async fn kill_at_turn_started(postgres: bool) {
     let server = Server::start(&db, &script).await;
     let messages = server.get(&format!("/threads/{thread}/messages")).await;
     let messages = messages.as_array().unwrap_or_else(|| panic!("{messages}"));
-    let kept: Vec<(&str, &str)> = messages
-        .iter()
-        .map(|m| (m["role"].as_str().unwrap(), m["status"].as_str().unwrap()))
-        .collect();
-    assert_eq!(kept, [("user", "completed"), ("assistant", "interrupted")]);
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant"]);
+    assert_eq!(messages[1]["status"], "interrupted");
     assert_eq!(messages[0]["content"], "keep this message");
     server.stop().await;
     db.drop_database().await;
