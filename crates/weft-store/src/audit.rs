@@ -26,16 +26,29 @@ impl Store {
         rows.iter().map(ApprovalRow::from_row).collect()
     }
 
-    /// Every approval still `pending` becomes `expired` (at start-up: no turn survived);
-    /// returns how many.
-    pub async fn expire_pending_approvals(&self) -> Result<u64> {
+    /// Every approval of the thread still `pending` becomes `expired` (its turn was closed
+    /// after its replica died); returns how many.
+    pub async fn expire_pending_approvals(&self, thread_id: &str) -> Result<u64> {
         let done = sqlx::query(
-            "UPDATE approvals SET status = 'expired', decided_at = $1 WHERE status = 'pending'",
+            "UPDATE approvals SET status = 'expired', decided_at = $1 \
+             WHERE thread_id = $2 AND status = 'pending'",
         )
         .bind(crate::now_ms())
+        .bind(thread_id)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    /// The thread of a pending approval, if `id` is one.
+    pub async fn pending_approval_thread(&self, id: &str) -> Result<Option<String>> {
+        let thread: Option<String> = sqlx::query_scalar(
+            "SELECT thread_id FROM approvals WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(thread)
     }
 
     /// The ids of a thread's approvals still pending.

@@ -7,6 +7,7 @@ mod audit;
 mod collections;
 mod common_terms;
 mod keys;
+mod leases;
 mod record;
 mod rows;
 #[cfg(feature = "testing")]
@@ -24,6 +25,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use collections::{ChunkHit, CollectionRow, DocumentRow, NewDocument};
+pub use leases::LeaseRow;
 pub use rows::{
     ApprovalRow, AssetRow, ItemRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, WorkflowRow,
     WorkflowRunRow,
@@ -47,6 +49,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0}")]
     Write(String),
+    #[error("this replica no longer holds the lease of turn {0}")]
+    LeaseLost(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

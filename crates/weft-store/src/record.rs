@@ -81,15 +81,4 @@ impl Store {
         .await?;
         row.as_ref().map(MessageRow::from_row).transpose()
     }
-
-    /// Assistant messages still marked `running`: turns a stopped process left unfinished.
-    pub async fn running_turns(&self) -> Result<Vec<MessageRow>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {} FROM messages WHERE status = 'running' ORDER BY created_at",
-            MessageRow::COLUMNS
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(MessageRow::from_row).collect()
-    }
 }

@@ -13,6 +13,7 @@ use sqlx::any::AnyArguments;
 use sqlx::{AnyConnection, AnyPool};
 use tokio::sync::{mpsc, oneshot, OwnedRwLockWriteGuard, RwLock};
 
+use crate::leases::{fence_sql, LeaseRow};
 use crate::rows::{ApprovalRow, ItemRow, ModelCallRow, NewMessage, ThreadRow};
 use crate::{now_ms, Backend, Result, StoreError};
 
@@ -30,10 +31,21 @@ pub enum WriteOp {
     /// Record items, inserted or replaced by id (a streaming draft becomes the final item).
     Items(Vec<ItemRow>),
     /// A turn ends: its assistant message (inserted or replaced).
-    FinishTurn { message: NewMessage },
+    FinishTurn {
+        message: NewMessage,
+    },
     /// Provider calls of a turn, each once (written again after a lost connection, kept once).
     ModelCalls(Vec<ModelCallRow>),
     InsertApproval(ApprovalRow),
+    /// A turn's lease, written with its start.
+    Lease(LeaseRow),
+    /// The batch commits only if `owner` holds `message_id`'s unexpired lease (checked after
+    /// the batch's new leases are in, before its turn ends remove them); otherwise this op
+    /// fails with the lease lost and the batch's other ops commit without it.
+    Fence {
+        message_id: String,
+        owner: String,
+    },
     DecideApproval {
         thread_id: String,
         id: String,
@@ -59,7 +71,9 @@ impl WriteOp {
             WriteOp::Items(items) => items.len(),
             WriteOp::FinishTurn { .. } => 1,
             WriteOp::ModelCalls(models) => models.len(),
+            WriteOp::Fence { .. } => 0,
             WriteOp::InsertApproval(_)
+            | WriteOp::Lease(_)
             | WriteOp::DecideApproval { .. }
             | WriteOp::SetThreadMode { .. }
             | WriteOp::SetThreadAgent { .. } => 1,
@@ -285,6 +299,8 @@ struct Plan<'a> {
     decisions: Vec<(&'a str, &'a str, &'a str)>,
     finished: Vec<&'a NewMessage>,
     models: Vec<&'a ModelCallRow>,
+    leases: Vec<&'a LeaseRow>,
+    fences: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Plan<'a> {
@@ -318,6 +334,8 @@ impl<'a> Plan<'a> {
             WriteOp::FinishTurn { message } => self.finished.push(message),
             WriteOp::ModelCalls(models) => self.models.extend(models),
             WriteOp::InsertApproval(row) => self.approvals.push(row),
+            WriteOp::Lease(row) => self.leases.push(row),
+            WriteOp::Fence { message_id, owner } => self.fences.push((owner, message_id)),
             WriteOp::DecideApproval {
                 thread_id,
                 id,
@@ -341,14 +359,21 @@ impl<'a> Plan<'a> {
             self.decisions.len(),
             self.finished.len(),
             self.models.len(),
+            self.leases.len(),
         ];
         let busy: Vec<usize> = lengths.into_iter().filter(|&n| n > 0).collect();
-        busy.len() == 1 && (busy[0] == 1 || (busy[0] <= CHUNKS[0] && CHUNKS.contains(&busy[0])))
+        // A fence checks before what it guards, and a turn's end also removes its lease.
+        let alone = self.fences.is_empty() && self.finished.is_empty();
+        alone
+            && busy.len() == 1
+            && (busy[0] == 1 || (busy[0] <= CHUNKS[0] && CHUNKS.contains(&busy[0])))
     }
 
     async fn execute(&self, conn: &mut AnyConnection, b: Backend) -> Result<()> {
         insert_many(conn, b, &THREADS, &self.threads, bind_thread).await?;
         insert_many(conn, b, &MESSAGES, &self.begin_messages, bind_message).await?;
+        insert_many(conn, b, &LEASES, &self.leases, bind_lease).await?;
+        check_fences(conn, b, &self.fences).await?;
         touch_threads(conn, &self.touched).await?;
         for (id, mode) in &self.modes {
             sqlx::query("UPDATE threads SET permission_mode = $1 WHERE id = $2")
@@ -378,9 +403,57 @@ impl<'a> Plan<'a> {
             .await?;
         }
         insert_many(conn, b, &FINISHED_MESSAGES, &self.finished, bind_message).await?;
+        end_leases(conn, &self.finished).await?;
         insert_many(conn, b, &MODEL_CALLS, &self.models, bind_model_call).await?;
         Ok(())
     }
+}
+
+/// Fail unless every fence's owner holds its lease, unexpired (locked until the commit on
+/// PostgreSQL).
+async fn check_fences(conn: &mut AnyConnection, b: Backend, fences: &[(&str, &str)]) -> Result<()> {
+    let mut owners: Vec<&str> = fences.iter().map(|(owner, _)| *owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let now = now_ms();
+    for owner in owners {
+        let mut ids: Vec<&str> = fences
+            .iter()
+            .filter(|(o, _)| *o == owner)
+            .map(|(_, id)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for chunk in ids.chunks(64) {
+            let text = fence_sql(b, chunk.len());
+            let mut query = sqlx::query_scalar(&text).bind(owner).bind(now);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            let held: Vec<String> = query.fetch_all(&mut *conn).await?;
+            if let Some(lost) = chunk.iter().find(|id| !held.iter().any(|h| h == *id)) {
+                return Err(StoreError::LeaseLost((*lost).to_owned()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A turn that ended needs no lease.
+async fn end_leases(conn: &mut AnyConnection, finished: &[&NewMessage]) -> Result<()> {
+    for chunk in finished.chunks(64) {
+        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 1)).collect();
+        let text = format!(
+            "DELETE FROM turn_leases WHERE message_id IN ({})",
+            list.join(", ")
+        );
+        let mut query = sqlx::query(&text);
+        for m in chunk {
+            query = query.bind(m.id.as_str());
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
 }
 
 /// How long the writer waits before writing a batch again after its connection was lost.
@@ -407,9 +480,9 @@ pub(crate) fn is_connection_lost(error: &StoreError) -> bool {
         | sqlx::Error::Tls(_) => true,
         // SQLSTATE class 08 (connection exception); 57P01-57P03: the server shut the
         // session down or is restarting.
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")),
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
         _ => false,
     }
 }
@@ -477,6 +550,11 @@ pub(crate) const ITEMS: InsertSql = InsertSql {
     head: "INSERT INTO items (thread_id, message_id, position, kind, parent_id, depth, body, created_at)",
     columns: 8,
     tail: " ON CONFLICT (message_id, position) DO UPDATE SET body = excluded.body",
+};
+const LEASES: InsertSql = InsertSql {
+    head: "INSERT INTO turn_leases (message_id, owner, expires_at)",
+    columns: 3,
+    tail: "",
 };
 const APPROVALS: InsertSql = InsertSql {
     head: "INSERT INTO approvals (id, thread_id, tool, arguments, status, created_at, decided_at, injected_args)",
@@ -610,6 +688,12 @@ pub(crate) fn bind_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
         .bind(i.depth)
         .bind(i.body.as_str())
         .bind(i.created_at)
+}
+
+fn bind_lease<'q>(q: AnyQuery<'q>, l: &'q &LeaseRow) -> AnyQuery<'q> {
+    q.bind(l.message_id.as_str())
+        .bind(l.owner.as_str())
+        .bind(l.expires_at)
 }
 
 fn bind_approval<'q>(q: AnyQuery<'q>, r: &'q &ApprovalRow) -> AnyQuery<'q> {

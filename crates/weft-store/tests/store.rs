@@ -175,7 +175,7 @@ async fn suite(store: &Store) {
         }))
         .await
         .unwrap();
-    assert_eq!(store.expire_pending_approvals().await.unwrap(), 1);
+    assert_eq!(store.expire_pending_approvals("t1").await.unwrap(), 1);
     let stored = store.approvals("t1").await.unwrap();
     assert_eq!(stored[1].status, "expired");
 
@@ -368,7 +368,7 @@ async fn record(store: &Store) {
     );
     assert_eq!(store.turn_items("t3", "early").await.unwrap().len(), 3);
     let running: Vec<String> = store
-        .running_turns()
+        .orphaned_turns(i64::MAX, None)
         .await
         .unwrap()
         .into_iter()

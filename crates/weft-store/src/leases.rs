@@ -1,0 +1,143 @@
+//! Turn leases: which replica runs each live turn, until when. The owner renews its leases
+//! in one statement per heartbeat; a turn whose lease expired (or that has none) belongs to
+//! nobody, and the replica that takes its lease closes it. The writer's [`WriteOp::Fence`]
+//! makes a turn's writes commit only while its lease is held.
+//!
+//! [`WriteOp::Fence`]: crate::WriteOp::Fence
+
+use crate::rows::MessageRow;
+use crate::{Backend, Result, Store};
+
+/// A lease as written when a turn starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub message_id: String,
+    pub owner: String,
+    /// Unix milliseconds.
+    pub expires_at: i64,
+}
+
+impl Store {
+    /// Extend every lease `owner` holds to `expires_at`; returns the turns still held (a
+    /// turn another replica took, or that ended, is not among them).
+    pub async fn renew_leases(&self, owner: &str, expires_at: i64) -> Result<Vec<String>> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "UPDATE turn_leases SET expires_at = $1 WHERE owner = $2 RETURNING message_id",
+        )
+        .bind(expires_at)
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
+    /// Assistant messages still `running` that nobody runs: no lease, a lease expired before
+    /// `now` (Unix ms), or one held by `former` (this replica's previous life, at start-up).
+    pub async fn orphaned_turns(&self, now: i64, former: Option<&str>) -> Result<Vec<MessageRow>> {
+        let columns: Vec<String> = MessageRow::COLUMNS
+            .split(',')
+            .map(|c| format!("m.{}", c.trim()))
+            .collect();
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM messages m LEFT JOIN turn_leases l ON l.message_id = m.id \
+             WHERE m.status = 'running' \
+             AND (l.message_id IS NULL OR l.expires_at < $1 OR l.owner = $2) \
+             ORDER BY m.created_at",
+            columns.join(", ")
+        ))
+        .bind(now)
+        .bind(former.unwrap_or(""))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(MessageRow::from_row).collect()
+    }
+
+    /// Take the lease of a turn nobody runs (see [`Store::orphaned_turns`]) for `owner`
+    /// until `expires_at`; `false` when another replica took it first or its owner renewed
+    /// it meanwhile.
+    pub async fn take_lease(
+        &self,
+        message_id: &str,
+        owner: &str,
+        expires_at: i64,
+        now: i64,
+        former: Option<&str>,
+    ) -> Result<bool> {
+        let taken = sqlx::query(
+            "UPDATE turn_leases SET owner = $1, expires_at = $2 \
+             WHERE message_id = $3 AND (expires_at < $4 OR owner = $5)",
+        )
+        .bind(owner)
+        .bind(expires_at)
+        .bind(message_id)
+        .bind(now)
+        .bind(former.unwrap_or(""))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if taken == 1 {
+            return Ok(true);
+        }
+        // A turn from before leases, or whose lease row is gone: the first to insert one.
+        let inserted = sqlx::query(
+            "INSERT INTO turn_leases (message_id, owner, expires_at) \
+             SELECT id, $2, $3 FROM messages WHERE id = $1 AND status = 'running' \
+             ON CONFLICT (message_id) DO NOTHING",
+        )
+        .bind(message_id)
+        .bind(owner)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(inserted == 1)
+    }
+
+    /// The replica running the thread's turn now (its lease unexpired at `now`), if any.
+    pub async fn turn_owner(&self, thread_id: &str, now: i64) -> Result<Option<String>> {
+        let owner: Option<String> = sqlx::query_scalar(
+            "SELECT l.owner FROM messages m JOIN turn_leases l ON l.message_id = m.id \
+             WHERE m.thread_id = $1 AND m.status = 'running' AND l.expires_at > $2 LIMIT 1",
+        )
+        .bind(thread_id)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(owner)
+    }
+
+    /// Who holds `message_id`'s lease and until when, if anyone.
+    pub async fn lease(&self, message_id: &str) -> Result<Option<LeaseRow>> {
+        let row: Option<(String, i64)> =
+            sqlx::query_as("SELECT owner, expires_at FROM turn_leases WHERE message_id = $1")
+                .bind(message_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(owner, expires_at)| LeaseRow {
+            message_id: message_id.to_owned(),
+            owner,
+            expires_at,
+        }))
+    }
+}
+
+/// The statement that checks a batch's fences: the leases `owner` holds, unexpired, among
+/// `count` message ids (`$3…`). On PostgreSQL it also locks them until the commit, so no
+/// replica takes one while the batch writes; on SQLite it is a write that changes nothing, so
+/// the batch's transaction takes the database's write lock first (waiting its turn) instead
+/// of reading first and failing to upgrade (`database is locked`) when another connection
+/// wrote meanwhile.
+pub(crate) fn fence_sql(backend: Backend, count: usize) -> String {
+    let list: Vec<String> = (0..count).map(|i| format!("${}", i + 3)).collect();
+    let list = list.join(", ");
+    match backend {
+        Backend::Postgres => format!(
+            "SELECT message_id FROM turn_leases WHERE owner = $1 AND expires_at > $2 \
+             AND message_id IN ({list}) FOR SHARE"
+        ),
+        Backend::Sqlite => format!(
+            "UPDATE turn_leases SET expires_at = expires_at WHERE owner = $1 AND expires_at > $2 \
+             AND message_id IN ({list}) RETURNING message_id"
+        ),
+    }
+}

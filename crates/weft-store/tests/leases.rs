@@ -1,0 +1,188 @@
+//! Turn leases on both databases: a turn starts with its lease, its owner renews it, nobody
+//! else can take it until it expires, the first taker wins, and a fence keeps the old owner's
+//! writes out once it is taken.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::json;
+use weft_store::testing::TestDb;
+use weft_store::{now_ms, ItemRow, LeaseRow, NewMessage, Store, StoreError, WriteOp};
+
+fn message(id: &str, status: &str) -> NewMessage {
+    NewMessage {
+        id: id.into(),
+        thread_id: "lt".into(),
+        role: "assistant".into(),
+        content: json!(""),
+        execution_tree: None,
+        permission_mode: None,
+        status: status.into(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: 0.0,
+        created_at: now_ms(),
+        position: 1,
+        metadata: None,
+    }
+}
+
+fn item(message_id: &str, position: i64) -> ItemRow {
+    ItemRow {
+        thread_id: "lt".into(),
+        message_id: message_id.into(),
+        position,
+        kind: "assistant".into(),
+        parent_id: None,
+        depth: 0,
+        body: "{}".into(),
+        created_at: now_ms(),
+    }
+}
+
+fn fence(message_id: &str, owner: &str) -> WriteOp {
+    WriteOp::Fence {
+        message_id: message_id.into(),
+        owner: owner.into(),
+    }
+}
+
+async fn leases(store: &Store) {
+    store.put_api_key("k", "alice").await.unwrap();
+    store
+        .create_thread("lt", "alice", "default", "t")
+        .await
+        .unwrap();
+    let now = now_ms();
+    // A turn starts with its lease, in the same write.
+    store
+        .write(WriteOp::Many(vec![
+            WriteOp::BeginTurn {
+                thread: None,
+                messages: vec![message("m1", "running")],
+            },
+            WriteOp::Lease(LeaseRow {
+                message_id: "m1".into(),
+                owner: "a".into(),
+                expires_at: now + 60_000,
+            }),
+            fence("m1", "a"),
+        ]))
+        .await
+        .unwrap();
+    // A turn from before leases (none) is nobody's.
+    store
+        .write(WriteOp::BeginTurn {
+            thread: None,
+            messages: vec![message("m0", "running")],
+        })
+        .await
+        .unwrap();
+    let orphans = |now, former| async move {
+        let rows = store.orphaned_turns(now, former).await.unwrap();
+        rows.into_iter().map(|m| m.id).collect::<Vec<_>>()
+    };
+    assert_eq!(orphans(now, None).await, vec!["m0"]);
+    // A replica restarting under the same id takes back what its former life held.
+    assert_eq!(orphans(now, Some("a")).await, vec!["m1", "m0"]);
+
+    // Its owner renews it; nobody else can take it meanwhile.
+    assert_eq!(
+        store.renew_leases("a", now + 90_000).await.unwrap(),
+        vec!["m1"]
+    );
+    assert!(!store
+        .take_lease("m1", "b", now + 5_000, now, None)
+        .await
+        .unwrap());
+    assert_eq!(store.lease("m1").await.unwrap().unwrap().owner, "a");
+
+    // Once it expired it is an orphan; the first taker wins.
+    assert_eq!(store.renew_leases("a", now - 1).await.unwrap(), vec!["m1"]);
+    assert_eq!(orphans(now, None).await, vec!["m1", "m0"]);
+    let (b, c) = tokio::join!(
+        store.take_lease("m1", "b", now + 60_000, now, None),
+        store.take_lease("m1", "c", now + 60_000, now, None)
+    );
+    assert!(
+        b.unwrap() ^ c.unwrap(),
+        "exactly one replica takes the lease"
+    );
+    let taker = store.lease("m1").await.unwrap().unwrap().owner;
+    assert!(store
+        .take_lease("m0", "b", now + 60_000, now, None)
+        .await
+        .unwrap());
+    assert!(!store
+        .take_lease("m0", "c", now + 60_000, now, None)
+        .await
+        .unwrap());
+
+    // The old owner renews nothing, and its fenced writes fail alone: the taker's commit.
+    assert!(store
+        .renew_leases("a", now + 90_000)
+        .await
+        .unwrap()
+        .is_empty());
+    let (lost, kept) = tokio::join!(
+        store.write(WriteOp::Many(vec![
+            fence("m1", "a"),
+            WriteOp::Items(vec![item("m1", 0)])
+        ])),
+        store.write(WriteOp::Many(vec![
+            fence("m1", &taker),
+            WriteOp::Items(vec![item("m1", 1)])
+        ]))
+    );
+    assert!(
+        matches!(&lost, Err(StoreError::Write(e)) if e.contains("no longer holds the lease of turn m1")),
+        "{lost:?}"
+    );
+    kept.unwrap();
+    let positions: Vec<i64> = store
+        .turn_items("lt", "m1")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.position)
+        .collect();
+    assert_eq!(positions, vec![1]);
+
+    // The turn's end removes its lease; an ended turn is nobody's orphan and nobody's to take.
+    store
+        .write(WriteOp::Many(vec![
+            fence("m1", &taker),
+            WriteOp::FinishTurn {
+                message: message("m1", "interrupted"),
+            },
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(store.lease("m1").await.unwrap(), None);
+    assert!(!store
+        .take_lease("m1", "d", now + 60_000, now, None)
+        .await
+        .unwrap());
+    assert_eq!(orphans(now, None).await, Vec::<String>::new());
+    // A fence on an ended turn fails.
+    let late = store
+        .write(WriteOp::Many(vec![
+            fence("m1", &taker),
+            WriteOp::Items(vec![item("m1", 2)]),
+        ]))
+        .await;
+    assert!(late.is_err());
+}
+
+#[tokio::test]
+async fn leases_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    leases(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn leases_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    leases(&db.store).await;
+    db.drop_database().await.unwrap();
+}
