@@ -3,10 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Headless Chromium and its driver for the browser tests, espeak-ng for offline speech, and
-# what native crates link against; installed from Debian's packages when missing.
+# Headless Chromium and its driver for the browser tests, espeak-ng for offline speech,
+# nats-server for the replica tests (each starts its own on a free port), and what native
+# crates link against; installed from Debian's packages when missing.
 missing=()
-for pair in chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver pkg-config:/usr/bin/pkg-config espeak-ng:/usr/bin/espeak-ng; do
+for pair in chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver pkg-config:/usr/bin/pkg-config espeak-ng:/usr/bin/espeak-ng nats-server:/usr/sbin/nats-server; do
   [ -e "${pair#*:}" ] || missing+=("${pair%%:*}")
 done
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)

@@ -1,6 +1,6 @@
 //! The real `weft` server as a child process for the socket benchmarks: a fresh database
 //! (PostgreSQL or SQLite), a scripted provider, a config of the caller's, and the address it
-//! listens on.
+//! listens on; or several replicas on one PostgreSQL database with a `nats-server`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -32,8 +32,6 @@ pub async fn start(
     db: &str,
 ) -> Result<ServerProcess, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let script_path = dir.path().join("script.json");
-    std::fs::write(&script_path, script.to_string()).map_err(|e| e.to_string())?;
     let (db_url, pg) = if db == "sqlite" {
         (format!("sqlite://{}/bench.db", dir.path().display()), None)
     } else {
@@ -42,16 +40,32 @@ pub async fn start(
             .map_err(|e| format!("PostgreSQL: {e}"))?;
         (pg.url.clone(), Some(pg))
     };
+    let mut server = spawn(bin, script, config, &db_url, dir).await?;
+    server.pg = pg;
+    Ok(server)
+}
+
+/// `bin serve` on `db_url`, in `dir`.
+async fn spawn(
+    bin: &Path,
+    script: &serde_json::Value,
+    config: &str,
+    db_url: &str,
+    dir: tempfile::TempDir,
+) -> Result<ServerProcess, String> {
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script.to_string()).map_err(|e| e.to_string())?;
     let config_path = dir.path().join("weft.toml");
     std::fs::write(&config_path, config).map_err(|e| e.to_string())?;
     let workspace: PathBuf = dir.path().join("workspace");
     // The child runs in the temporary directory: a relative binary path is ours.
-    let bin = std::fs::canonicalize(bin).map_err(|e| format!("cannot find {}: {e}", bin.display()))?;
+    let bin =
+        std::fs::canonicalize(bin).map_err(|e| format!("cannot find {}: {e}", bin.display()))?;
     let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&config_path)
         .env("WEFT_SCRIPT", &script_path)
-        .env("WEFT_DATABASE_URL", &db_url)
+        .env("WEFT_DATABASE_URL", db_url)
         .env("WEFT_WORKSPACE", &workspace)
         .env("RUST_LOG", "warn,weft_server=info")
         .current_dir(dir.path())
@@ -83,9 +97,78 @@ pub async fn start(
         child,
         pid,
         addr,
-        pg,
+        pg: None,
         _dir: dir,
     })
+}
+
+/// Several replicas on one fresh PostgreSQL database and a `nats-server` of their own.
+pub struct Cluster {
+    pub replicas: Vec<ServerProcess>,
+    nats: Child,
+    pg: TestDb,
+}
+
+/// Start `n` replicas of `bin serve` (`r0`, `r1`, …) with `script` and `config`.
+pub async fn start_cluster(
+    bin: &Path,
+    script: &serde_json::Value,
+    config: &str,
+    n: usize,
+) -> Result<Cluster, String> {
+    let pg = TestDb::postgres()
+        .await
+        .map_err(|e| format!("PostgreSQL: {e}"))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let nats = tokio::process::Command::new(nats_server())
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start nats-server: {e}"))?;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut replicas = Vec::with_capacity(n);
+    for i in 0..n {
+        let config = format!(
+            "{config}[cluster]\nreplica_id = \"r{i}\"\nnats_url = \"nats://127.0.0.1:{port}\"\n"
+        );
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        replicas.push(spawn(bin, script, &config, &pg.url, dir).await?);
+    }
+    Ok(Cluster { replicas, nats, pg })
+}
+
+fn nats_server() -> &'static str {
+    [
+        "/usr/sbin/nats-server",
+        "/usr/bin/nats-server",
+        "/usr/local/bin/nats-server",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .unwrap_or("nats-server")
+}
+
+impl Cluster {
+    pub async fn stop(mut self) {
+        for replica in self.replicas {
+            replica.stop().await;
+        }
+        let _ = self.nats.kill().await;
+        let _ = self.pg.drop_database().await;
+    }
 }
 
 impl ServerProcess {

@@ -2,6 +2,7 @@
 //! with their status, and asks for approvals inline.
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use futures::{SinkExt, StreamExt};
@@ -21,21 +22,17 @@ pub struct ChatOptions {
 }
 
 type Input = Lines<BufReader<Stdin>>;
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Close codes after which the client reconnects and resumes: the server restarting (1012,
+/// a deploy), going away (1001), or dropping a client that fell behind (1013).
+const RECONNECT_CODES: [u16; 3] = [1001, 1012, 1013];
+/// How long reconnecting keeps trying before giving up.
+const RECONNECT_FOR: Duration = Duration::from_secs(30);
 
 pub async fn run(options: ChatOptions) -> anyhow::Result<()> {
-    let ws_url = format!(
-        "{}/ws",
-        options.url.trim_end_matches('/').replacen("http", "ws", 1)
-    );
-    let mut request = ws_url.as_str().into_client_request()?;
-    if let Some(key) = &options.api_key {
-        request
-            .headers_mut()
-            .insert("Authorization", format!("Bearer {key}").parse()?);
-    }
-    let (mut ws, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .with_context(|| format!("cannot connect to {ws_url} (is `weft serve` running?)"))?;
+    let mut ws = connect(&options).await?;
     let mut input: Input = BufReader::new(tokio::io::stdin()).lines();
     let mut thread = options.thread.clone();
     let mut first = options.message.clone();
@@ -64,37 +61,107 @@ pub async fn run(options: ChatOptions) -> anyhow::Result<()> {
         if let Some(mode) = &options.mode {
             data["mode"] = json!(mode);
         }
-        ws.send(Message::Text(
-            json!({"command": "chat_message", "data": data})
-                .to_string()
-                .into(),
-        ))
-        .await?;
-        thread = Some(stream_turn(&mut ws, &mut input).await?.unwrap_or_default())
-            .filter(|t| !t.is_empty())
-            .or(thread);
+        send(&mut ws, json!({"command": "chat_message", "data": data})).await?;
+        let mut progress = Progress::default();
+        while let Streamed::Dropped(why) = stream_turn(&mut ws, &mut input, &mut progress).await? {
+            let Some(id) = progress.thread.clone() else {
+                bail!("the server closed the connection ({why}) before the turn started");
+            };
+            eprintln!("\n(the connection closed: {why}; reconnecting to resume…)");
+            ws = reconnect(&options).await?;
+            let resume = json!({"command": "resume_chat",
+                "data": {"thread_id": id, "last_seq": progress.last_seq}});
+            send(&mut ws, resume).await?;
+        }
+        thread = progress.thread.or(thread);
         if one_shot {
             return Ok(());
         }
     }
 }
 
-/// Print one turn's frames until its final chunk; returns the thread id.
-async fn stream_turn<S>(ws: &mut S, input: &mut Input) -> anyhow::Result<Option<String>>
-where
-    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
-        + futures::Sink<Message, Error = tokio_tungstenite::tungstenite::Error>
-        + Unpin,
-{
-    let mut thread = None;
+async fn connect(options: &ChatOptions) -> anyhow::Result<Socket> {
+    let ws_url = format!(
+        "{}/ws",
+        options.url.trim_end_matches('/').replacen("http", "ws", 1)
+    );
+    let mut request = ws_url.as_str().into_client_request()?;
+    if let Some(key) = &options.api_key {
+        request
+            .headers_mut()
+            .insert("Authorization", format!("Bearer {key}").parse()?);
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .with_context(|| format!("cannot connect to {ws_url} (is `weft serve` running?)"))?;
+    Ok(ws)
+}
+
+/// Connect again, with backoff, for up to [`RECONNECT_FOR`].
+async fn reconnect(options: &ChatOptions) -> anyhow::Result<Socket> {
+    let deadline = Instant::now() + RECONNECT_FOR;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match connect(options).await {
+            Ok(ws) => return Ok(ws),
+            Err(e) if Instant::now() + backoff > deadline => return Err(e),
+            Err(_) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn send(ws: &mut Socket, frame: Value) -> anyhow::Result<()> {
+    ws.send(Message::Text(frame.to_string().into())).await?;
+    Ok(())
+}
+
+/// What the client knows of the turn it shows: its thread and the last `seq` it saw.
+#[derive(Default)]
+struct Progress {
+    thread: Option<String>,
+    last_seq: u64,
+}
+
+/// How a turn's stream ended.
+enum Streamed {
+    /// Its final chunk (or an error outside any thread).
+    Ended,
+    /// The connection went in a way worth reconnecting for (why, for the user).
+    Dropped(String),
+}
+
+/// Print one turn's frames until its final chunk.
+async fn stream_turn(
+    ws: &mut Socket,
+    input: &mut Input,
+    progress: &mut Progress,
+) -> anyhow::Result<Streamed> {
     let mut at_line_start = true;
     while let Some(message) = ws.next().await {
-        let Message::Text(body) = message? else {
-            continue;
+        let body = match message {
+            Ok(Message::Text(body)) => body,
+            Ok(Message::Close(frame)) => {
+                let code = frame.as_ref().map(|f| u16::from(f.code));
+                let reason = frame.map(|f| f.reason.to_string()).unwrap_or_default();
+                return match code {
+                    Some(code) if RECONNECT_CODES.contains(&code) => {
+                        Ok(Streamed::Dropped(format!("{code} {reason}")))
+                    }
+                    _ => bail!("the server closed the connection: {reason}"),
+                };
+            }
+            Ok(_) => continue,
+            Err(e) => return Ok(Streamed::Dropped(e.to_string())),
         };
         let f: Value = serde_json::from_str(&body)?;
         if let Some(id) = f["thread_id"].as_str() {
-            thread = Some(id.to_owned());
+            progress.thread = Some(id.to_owned());
+        }
+        if let Some(seq) = f["seq"].as_u64() {
+            progress.last_seq = progress.last_seq.max(seq);
         }
         let depth = f["depth"].as_u64().unwrap_or(0) as usize;
         let pad = "  ".repeat(depth + 1);
@@ -106,11 +173,11 @@ where
             at_line_start = true;
         };
         match f["type"].as_str().unwrap_or_default() {
-            "chunk" if f["done"] == true => {
+            "chunk" if f["done"] == true && depth == 0 => {
                 if !at_line_start {
                     println!();
                 }
-                return Ok(thread);
+                return Ok(Streamed::Ended);
             }
             "chunk" if depth == 0 => {
                 print!("{}", f["content"].as_str().unwrap_or_default());
@@ -177,13 +244,13 @@ where
                     f["message"].as_str().unwrap_or("")
                 ));
                 if f["thread_id"].is_null() {
-                    return Ok(thread);
+                    return Ok(Streamed::Ended);
                 }
             }
             _ => {}
         }
     }
-    bail!("the server closed the connection")
+    Ok(Streamed::Dropped("the connection ended".to_owned()))
 }
 
 async fn ask(input: &mut Input) -> anyhow::Result<&'static str> {

@@ -115,7 +115,10 @@ async fn amplifying_workflows_and_code_bombs_leave_the_server_standing() {
     .await;
     assert_eq!(status, 200, "{run}");
     assert_eq!(run["status"], "failed");
-    assert!(run["error"].as_str().unwrap().contains("max_map_depth"), "{run}");
+    assert!(
+        run["error"].as_str().unwrap().contains("max_map_depth"),
+        "{run}"
+    );
 
     // Two hundred thousand items: the run fails at the item bound.
     let (_, run) = post(
@@ -125,7 +128,10 @@ async fn amplifying_workflows_and_code_bombs_leave_the_server_standing() {
     )
     .await;
     assert_eq!(run["status"], "failed");
-    assert!(run["error"].as_str().unwrap().contains("max_map_items"), "{run}");
+    assert!(
+        run["error"].as_str().unwrap().contains("max_map_items"),
+        "{run}"
+    );
 
     // Three templates that would loop 10^10 times, at once, while /healthz is asked.
     let spin = save(
@@ -178,7 +184,10 @@ async fn amplifying_workflows_and_code_bombs_leave_the_server_standing() {
     )
     .await;
     let frames = until(&mut ws, is_done).await;
-    let trip = frames.iter().find(|f| f["type"] == "budget_exceeded").unwrap();
+    let trip = frames
+        .iter()
+        .find(|f| f["type"] == "budget_exceeded")
+        .unwrap();
     assert_eq!(trip["reason"], "bytes");
     let message = frames.iter().find(|f| f["type"] == "message").unwrap();
     let shown = message["message"]["content"].as_str().unwrap().len();
@@ -197,7 +206,11 @@ async fn amplifying_workflows_and_code_bombs_leave_the_server_standing() {
             .find(|f| f["type"] == "message")
             .unwrap_or_else(|| panic!("{bomb}: no message"));
         let content = message["message"]["content"].as_str().unwrap_or_default();
-        assert!(content.ends_with("went on"), "{bomb}: {}", &content[content.len().saturating_sub(200)..]);
+        assert!(
+            content.ends_with("went on"),
+            "{bomb}: {}",
+            &content[content.len().saturating_sub(200)..]
+        );
     }
 
     let peak = peak_rss_mb(&server);

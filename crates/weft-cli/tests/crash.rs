@@ -12,7 +12,17 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{chat, is_done, recv, send, until, Db, Server};
+use support::{chat, is_done, recv, send, until, Db, Server, NO_USER_LIMITS};
+
+/// One replica, restarted under the same id: it closes what its former life left at once.
+async fn start(db: &Db, script: &Value) -> Server {
+    Server::start_with(
+        db,
+        script,
+        &format!("{NO_USER_LIMITS}[cluster]\nreplica_id = \"one\"\n"),
+    )
+    .await
+}
 
 /// The record of a thread is consistent: every call has exactly one result, no two user
 /// messages follow each other without an assistant message between them.
@@ -50,7 +60,7 @@ async fn mid_stream(postgres: bool) {
     let script = json!({"conversations": [{"match": "*", "steps": [
         {"chunks": chunks, "chunk_delay_ms": 150},
         {"text": "back again"}]}]});
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let mut ws = server.connect().await;
     send(&mut ws, chat("tell me a long story", None)).await;
     let mut seen: Vec<(Instant, Value)> = Vec::new();
@@ -77,7 +87,7 @@ async fn mid_stream(postgres: bool) {
         .collect();
     assert!(!old_enough.is_empty());
 
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let messages = server.get(&format!("/threads/{thread}/messages")).await;
     let assistant = &messages[1];
     assert_eq!(assistant["status"], "interrupted");
@@ -143,7 +153,7 @@ async fn pending_approval(postgres: bool) {
             {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}},
             {"id": "m", "name": "memory_write", "arguments": {"key": "k", "value": "v"}}]},
         {"text": "All good now."}]}]});
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let mut ws = server.connect().await;
     send(&mut ws, chat("save my notes", None)).await;
     let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
@@ -151,7 +161,7 @@ async fn pending_approval(postgres: bool) {
     // Killed the moment the approval is asked: what was announced is on record.
     server.kill().await;
 
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let messages = server.get(&format!("/threads/{thread}/messages")).await;
     assert_eq!(messages[1]["status"], "interrupted");
     assert_eq!(messages[1]["content"], "Saving your notes. ");
@@ -231,7 +241,7 @@ async fn under_load(postgres: bool) {
         .collect();
     steps.push(json!({"text": "finished", "repeat": true}));
     let script = json!({"conversations": [{"match": "*", "steps": steps}]});
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let mut sockets = Vec::new();
     for _ in 0..200 {
         sockets.push(server.connect().await);
@@ -249,7 +259,7 @@ async fn under_load(postgres: bool) {
     server.kill().await;
     drop(sockets);
 
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let mut interrupted = 0;
     for thread in &threads {
         // Every turn a client saw start is on record.
@@ -285,17 +295,20 @@ async fn kill_at_turn_started(postgres: bool) {
     let db = Db::new(postgres).await;
     let script = json!({"conversations": [{"match": "*", "steps": [
         {"chunks": ["slowly "], "delay_ms": 2000}, {"text": "again"}]}]});
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let mut ws = server.connect().await;
     send(&mut ws, chat("keep this message", None)).await;
     let started = until(&mut ws, |f| f["type"] == "turn_started").await;
     server.kill().await;
     let thread = started[0]["thread_id"].as_str().unwrap().to_owned();
 
-    let server = Server::start(&db, &script).await;
+    let server = start(&db, &script).await;
     let messages = server.get(&format!("/threads/{thread}/messages")).await;
     let messages = messages.as_array().unwrap_or_else(|| panic!("{messages}"));
-    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["user", "assistant"]);
     assert_eq!(messages[1]["status"], "interrupted");
     assert_eq!(messages[0]["content"], "keep this message");

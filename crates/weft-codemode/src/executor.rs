@@ -64,8 +64,7 @@ async fn rounds(
             hosted.say(answer.trim());
             return;
         };
-        let Ok(open) = hosted.open_call(&answer, CODE_EXECUTE, json!({ "code": code }))
-        else {
+        let Ok(open) = hosted.open_call(&answer, CODE_EXECUTE, json!({ "code": code })) else {
             return;
         };
         let (report, shown) = execute(hosted, &open, code, &tool_names, limits, &mut store).await;

@@ -350,7 +350,11 @@ fn output_function<'js>(
     to_host: &tokio::sync::mpsc::Sender<ToHost>,
     limits: &Limits,
 ) -> rquickjs::Result<Function<'js>> {
-    let (host, to_host, max) = (host.clone(), to_host.clone(), limits.max_output_bytes_per_run);
+    let (host, to_host, max) = (
+        host.clone(),
+        to_host.clone(),
+        limits.max_output_bytes_per_run,
+    );
     Function::new(
         ctx.clone(),
         move |ctx: Ctx<'js>, text: Value<'js>| -> rquickjs::Result<()> {
@@ -358,7 +362,12 @@ fn output_function<'js>(
             {
                 let mut state = host.borrow_mut();
                 if state.output_bytes + text.len() > max {
-                    return Err(over_bound(&ctx, "output()", max, "max_output_bytes_per_run"));
+                    return Err(over_bound(
+                        &ctx,
+                        "output()",
+                        max,
+                        "max_output_bytes_per_run",
+                    ));
                 }
                 state.output_bytes += text.len();
             }

@@ -69,7 +69,11 @@ impl NestedCalls for Nested {
     async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome {
         self.site().call_tool(name, arguments).await
     }
-    async fn complete(&self, system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError> {
+    async fn complete(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+    ) -> Result<String, ModelError> {
         self.site().complete(system, messages).await
     }
     async fn complete_json(
@@ -102,7 +106,11 @@ impl NestedCalls for CallSite {
     async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome {
         CallSite::call_tool(self, name, arguments).await
     }
-    async fn complete(&self, system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError> {
+    async fn complete(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+    ) -> Result<String, ModelError> {
         CallSite::complete(self, system, messages).await
     }
     async fn complete_json(

@@ -46,4 +46,3 @@ pub async fn run_classic_turn(mut spec: TurnSpec) -> TurnOutcome {
     outcome.plan = plan;
     outcome
 }
-

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use weft_protocol::BudgetReason;
 
 use crate::budget::BudgetTrip;
+use crate::level::Level;
 use crate::message::{ChatMessage, Role};
 use crate::prompts;
-use crate::level::Level;
 use crate::sample::{sample, SampleError};
 use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;

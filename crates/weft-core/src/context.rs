@@ -80,4 +80,3 @@ impl ContextBudget {
         (tokens > limit).then_some(tokens)
     }
 }
-

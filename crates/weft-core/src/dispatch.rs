@@ -10,8 +10,8 @@ use futures::future::join_all;
 use futures::FutureExt;
 use serde_json::{Map, Value};
 use weft_protocol::{
-    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus, ToolParallelism,
-    ToolResultMetadata, ToolResultStatus,
+    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus,
+    ToolParallelism, ToolResultMetadata, ToolResultStatus,
 };
 
 use crate::gate::{Answer, GateDecision};
@@ -97,10 +97,7 @@ impl Planned<'_> {
     }
 
     fn does_work(&self) -> bool {
-        matches!(
-            self.action,
-            Action::Tool { .. } | Action::Delegate(..)
-        )
+        matches!(self.action, Action::Tool { .. } | Action::Delegate(..))
     }
 }
 
@@ -321,7 +318,11 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
                 ..Settled::error(prompts::schema_invalid(detail))
             },
             Action::Delegate(kind, args) => {
-                match turn.recursion.delegate(turn, level, call, *kind, args).await {
+                match turn
+                    .recursion
+                    .delegate(turn, level, call, *kind, args)
+                    .await
+                {
                     Ok(text) => Settled::ok(text),
                     Err(text) => Settled::error(text),
                 }
@@ -580,12 +581,10 @@ async fn run_tool(
         memory: turn.memory.clone(),
         scope: turn.scope.clone(),
         emit_progress: turn.config.emit_mcp_progress && !level.quiet,
-        nested: Some(turn.recursion.nested(
-            turn,
-            &call.wire_id,
-            level.depth + 1,
-            &level.toolbelt,
-        )),
+        nested: Some(
+            turn.recursion
+                .nested(turn, &call.wire_id, level.depth + 1, &level.toolbelt),
+        ),
     };
     let running = AssertUnwindSafe(tool.call(args, &ctx)).catch_unwind();
     let limit = turn

@@ -17,11 +17,11 @@ pub mod modes;
 pub mod prompts;
 pub mod provider;
 pub mod record;
+pub mod spec;
 pub mod tokens;
 pub mod tool;
 pub mod toolbelt;
 pub mod truncate;
-pub mod spec;
 pub mod validate;
 
 mod awareness;
@@ -46,6 +46,7 @@ pub use artifacts::Artifacts;
 pub use budget::{BudgetTrip, TurnBudget, UsageTotals};
 pub use calls::CallSite;
 pub use catalogue::ContextWindows;
+pub use classic::run_classic_turn;
 pub use cost::{ModelRate, RateCard};
 pub use events::{EventCallback, EventSink};
 pub use gate::{decide, Answer, GateDecision, PermissionGate};
@@ -62,11 +63,10 @@ pub use record::{
     Stored,
 };
 pub use scope::TurnScope;
+pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
 pub use tokens::{bytes_bound, TokenCounter};
 pub use tool::{ModelError, NestedCalls, Tool, ToolContext, ToolError, ToolOutcome};
 pub use toolbelt::{
     compose_toolbelt, RunParallelSubagentsTool, RunSubtaskTool, ToolPolicy, Toolbelt,
 };
 pub use tree::{ToolCallRecord, TreeBuilder};
-pub use classic::run_classic_turn;
-pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 
 use weft_protocol::{AgentConfig, PermissionMode};
 
-use crate::prompts;
-use crate::toolbelt::Toolbelt;
 use crate::classic::run_classic_turn;
+use crate::prompts;
 use crate::spec::{TurnOutcome, TurnSpec};
+use crate::toolbelt::Toolbelt;
 
 #[async_trait]
 pub trait ExecutionMode: Send + Sync {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use futures::future::join_all;
 use serde_json::{json, Value};
 
+use crate::level::Level;
 use crate::prompts;
 use crate::record::Call;
-use crate::level::Level;
 use crate::subtask::{self, names_arg, str_arg, Child, ChildEnd};
 use crate::turn::Turn;
 

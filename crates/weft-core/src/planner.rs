@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use weft_protocol::{ServerEvent, ToolCategory};
 
-use crate::message::{ChatMessage, Role};
-use crate::prompts;
 use crate::level::Level;
 use crate::llm::Llm;
+use crate::message::{ChatMessage, Role};
+use crate::prompts;
 use crate::run_loop::{run_level, LevelEnd};
-use crate::toolbelt::Toolbelt;
 use crate::spec::PlannerSpec;
+use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;
 
 /// Longest piece of earlier conversation the planner is shown.

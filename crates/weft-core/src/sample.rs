@@ -6,9 +6,9 @@ use std::time::Instant;
 use futures::StreamExt;
 use weft_protocol::ServerEvent;
 
+use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
-use crate::level::Level;
 use crate::record::ModelCallRecord;
 use crate::turn::Turn;
 

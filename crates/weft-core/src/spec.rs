@@ -189,4 +189,3 @@ pub struct TurnOutcome {
     /// Media the answer carries after its text (generated images and audio).
     pub attachments: Vec<weft_protocol::ContentPart>,
 }
-

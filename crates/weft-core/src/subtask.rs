@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::level::{Level, OutputSchema};
 use crate::message::ChatMessage;
 use crate::prompts;
 use crate::provider::ToolSpec;
 use crate::record::Call;
-use crate::level::{Level, OutputSchema};
 use crate::run_loop::{run_level, LevelEnd};
 use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;

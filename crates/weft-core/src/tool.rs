@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-pub use weft_protocol::{PolicyClass, ToolCategory};
 use weft_protocol::{Amount, ServerEvent};
+pub use weft_protocol::{PolicyClass, ToolCategory};
 
 use crate::events::EventSink;
 use crate::memory::AgentMemory;
@@ -94,7 +94,11 @@ pub trait NestedCalls: Send + Sync {
     /// One tool call (`arguments` are JSON text), exactly as the loop runs one.
     async fn call_tool(&self, name: &str, arguments: String) -> ToolOutcome;
     /// One model call without tools, on the turn's model and budget; nothing streamed.
-    async fn complete(&self, system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError>;
+    async fn complete(
+        &self,
+        system: &str,
+        messages: Vec<ChatMessage>,
+    ) -> Result<String, ModelError>;
     /// Like `complete`, asking for JSON matching `schema` (the caller still checks it).
     async fn complete_json(
         &self,

@@ -49,12 +49,19 @@ impl TreeBuilder {
             return;
         };
         match status {
-            ToolCallStatus::Start => {
-                self.start(tool_call_id, parent_id.as_deref(), name, args.as_ref(), *depth)
-            }
-            ToolCallStatus::End => {
-                self.end(tool_call_id, result.as_deref(), *is_error, metadata.as_deref())
-            }
+            ToolCallStatus::Start => self.start(
+                tool_call_id,
+                parent_id.as_deref(),
+                name,
+                args.as_ref(),
+                *depth,
+            ),
+            ToolCallStatus::End => self.end(
+                tool_call_id,
+                result.as_deref(),
+                *is_error,
+                metadata.as_deref(),
+            ),
         }
     }
 

@@ -171,10 +171,12 @@ async fn serial_parallelism_runs_everything_in_order() {
 async fn a_model_without_parallel_tool_calls_gets_its_calls_run_one_at_a_time() {
     let tool = TestTool::new("slow").delay_ms(10);
     let probe = tool.probe();
-    let h = Harness::new(json!({"parallel_tool_calls": false, "conversations": [{"match": "*", "steps": [
-        calls(&[("a", "slow", json!({"i": 0})), ("b", "slow", json!({"i": 1}))]),
-        {"text": "ok"}
-    ]}]}))
+    let h = Harness::new(
+        json!({"parallel_tool_calls": false, "conversations": [{"match": "*", "steps": [
+            calls(&[("a", "slow", json!({"i": 0})), ("b", "slow", json!({"i": 1}))]),
+            {"text": "ok"}
+        ]}]}),
+    )
     .tool(tool);
     h.run().await;
     assert_eq!((probe.peak(), probe.count()), (1, 2));
@@ -466,7 +468,10 @@ async fn write_tools_respect_the_category_in_events() {
     assert_eq!(asked, [("writer", ToolCategory::Write)]);
     assert_eq!(result_of(&events, "r").1, false, "the read tool ran");
     let (timed_out, is_error) = result_of(&events, "w");
-    assert!(is_error, "nobody answered, so the write did not run: {timed_out}");
+    assert!(
+        is_error,
+        "nobody answered, so the write did not run: {timed_out}"
+    );
 }
 
 #[tokio::test]

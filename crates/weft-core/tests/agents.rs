@@ -68,9 +68,9 @@ async fn the_planner_runs_first_and_only_its_plan_reaches_the_executor() {
     let planning: Vec<(String, String)> = events
         .iter()
         .filter_map(|e| match e {
-            ServerEvent::PlanningUpdate { status, content, .. } => {
-                Some((status.clone(), content.clone()))
-            }
+            ServerEvent::PlanningUpdate {
+                status, content, ..
+            } => Some((status.clone(), content.clone())),
             _ => None,
         })
         .collect();

@@ -175,15 +175,22 @@ async fn run_subtask_at_the_depth_limit_returns_a_depth_error() {
     let requests = h.provider.requests.lock();
     let offered: Vec<(bool, bool)> = requests
         .iter()
-        .filter(|r| r.system.starts_with(weft_core::prompts::SUBTASK_PROMPT_BASE))
+        .filter(|r| {
+            r.system
+                .starts_with(weft_core::prompts::SUBTASK_PROMPT_BASE)
+        })
         .map(|r| {
             (
                 r.tools.iter().any(|t| t.name == "run_subtask"),
-                r.system.contains(weft_core::prompts::SUBTASK_DELEGATION_LINE),
+                r.system
+                    .contains(weft_core::prompts::SUBTASK_DELEGATION_LINE),
             )
         })
         .collect();
-    assert!(offered.iter().all(|(tool, line)| tool == line), "{offered:?}");
+    assert!(
+        offered.iter().all(|(tool, line)| tool == line),
+        "{offered:?}"
+    );
     assert!(
         offered.contains(&(true, true)) && offered.contains(&(false, false)),
         "{offered:?}"
@@ -295,9 +302,11 @@ async fn invalid_payloads_are_retried_up_to_the_limit_then_schema_not_satisfied(
 
 #[tokio::test]
 async fn a_structured_subtask_that_never_finishes_ends_at_its_iteration_limit() {
-    let h = Harness::new(schema_script(json!([{"text": "still thinking", "repeat": true}])))
-        .user("outer")
-        .config(|c| c.max_iterations_per_level = 4);
+    let h = Harness::new(schema_script(
+        json!([{"text": "still thinking", "repeat": true}]),
+    ))
+    .user("outer")
+    .config(|c| c.max_iterations_per_level = 4);
     let (outcome, events) = h.run().await;
     let (text, is_error) = result_of(&events, "s");
     assert!(is_error, "{text}");
@@ -316,7 +325,11 @@ async fn a_structured_subtask_that_never_finishes_ends_at_its_iteration_limit() 
         .filter(|m| m.text() == weft_core::prompts::FINISH_SUBTASK_REMINDER)
         .count();
     assert_eq!(reminders, 3);
-    assert!(lines(&events).contains(&"budget iterations 5/4".to_owned()), "{:?}", lines(&events));
+    assert!(
+        lines(&events).contains(&"budget iterations 5/4".to_owned()),
+        "{:?}",
+        lines(&events)
+    );
     assert_eq!(outcome.end, TurnEnd::Completed);
 }
 

@@ -24,8 +24,8 @@ pub use event::{
     Amount, BudgetReason, ErrorCode, ServerEvent, ServerFrame, StoredMessage, ToolCallStatus,
 };
 pub use inbound::{
-    check_identifiers_of, clip, decode_inbound, echo, is_identifier, is_user_name, InboundError, InboundFrame,
-    ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS,
+    check_identifiers_of, clip, decode_inbound, echo, is_identifier, is_user_name, InboundError,
+    InboundFrame, ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS,
 };
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};
 pub use record::{RecordEntry, RecordedCall, INTERRUPTED_RESULT};

@@ -99,7 +99,10 @@ fn invalid_values_name_their_field() {
     let config: AgentConfig =
         serde_json::from_value(json!({"hitl_tools": ["deploy_service"]})).unwrap();
     assert_eq!(
-        config.validate_tools(among(&["read_file"])).unwrap_err().field(),
+        config
+            .validate_tools(among(&["read_file"]))
+            .unwrap_err()
+            .field(),
         "hitl_tools"
     );
     let config: AgentConfig =
@@ -134,7 +137,6 @@ fn hitl_may_name_a_per_turn_tool_the_allow_list_leaves_out() {
         serde_json::from_value(json!({"tools": ["read_file"], "hitl_tools": ["remember"]}))
             .unwrap();
     assert!(config.validate_tools(among(&["read_file"])).is_ok());
-    let config: AgentConfig =
-        serde_json::from_value(json!({"tools": ["remember"]})).unwrap();
+    let config: AgentConfig = serde_json::from_value(json!({"tools": ["remember"]})).unwrap();
     assert!(config.validate_tools(among(&[])).is_ok());
 }

@@ -144,7 +144,9 @@ fn agent_config_round_trips_with_seed_004_fields() {
     assert!(config
         .validate_tools(|n| known(n, &["deploy_service", "rotate_credentials"]))
         .is_ok());
-    assert!(config.validate_tools(|n| known(n, &["deploy_service"])).is_err());
+    assert!(config
+        .validate_tools(|n| known(n, &["deploy_service"]))
+        .is_err());
 }
 
 #[test]

@@ -8,8 +8,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use weft_core::{
     Capabilities, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
-    ProviderStream, Role,
-    ToolCallRequest, Usage,
+    ProviderStream, Role, ToolCallRequest, Usage,
 };
 use weft_protocol::{ContentPart, MessageContent};
 

@@ -545,8 +545,7 @@ fn a_model_without_parallel_tool_calls_is_asked_for_one_at_a_time() {
     let mut config = weft_providers::ProvidersConfig::default();
     config.openai.api_key = Some("k".into());
     config.openai.parallel_tool_calls = false;
-    let providers =
-        weft_providers::Providers::from_config(&Default::default(), &config).unwrap();
+    let providers = weft_providers::Providers::from_config(&Default::default(), &config).unwrap();
     let (_, openai) = providers.get(Some("openai")).unwrap();
     assert!(!openai.capabilities("gpt-4o").parallel_tool_calls);
 }

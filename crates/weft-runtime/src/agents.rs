@@ -32,8 +32,7 @@ pub async fn resolve(
                 format!("no agent `{}`; see GET /agents", clip(name, 64)),
             )
         })?;
-    let mut config =
-        serde_json::from_str::<AgentConfig>(&row.config).map_err(Refusal::internal)?;
+    let mut config = serde_json::from_str::<AgentConfig>(&row.config).map_err(Refusal::internal)?;
     // The operator may have lowered `[agent]` since the agent was stored.
     let lowered = config.clamp_to(&state.agent);
     if !lowered.is_empty() {
@@ -63,4 +62,3 @@ pub fn parse(state: &Runtime, body: &Value) -> Result<AgentConfig, (String, Stri
         .map_err(check)?;
     Ok(config)
 }
-

@@ -34,9 +34,9 @@ pub struct Config {
     pub media: weft_providers::MediaConfig,
     /// MCP servers whose tools the agent may use (those `policy.allowed_mcp_servers` names).
     pub mcp: weft_tools::mcp::McpConfig,
+    /// Replicas sharing one database: turn leases and the heartbeat.
+    pub cluster: crate::leases::ClusterConfig,
 }
-
-
 
 /// Where asset bytes (offloaded tool results, media) are kept.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -231,7 +231,9 @@ impl Config {
     }
 
     /// The providers `[provider]` and `[providers]` describe.
-    pub fn build_providers(&self) -> Result<weft_providers::Providers, weft_providers::ProviderSetupError> {
+    pub fn build_providers(
+        &self,
+    ) -> Result<weft_providers::Providers, weft_providers::ProviderSetupError> {
         weft_providers::Providers::from_config(&self.provider, &self.providers)
     }
 
@@ -302,6 +304,15 @@ impl Config {
                 self.database.sqlite_synchronous
             )));
         }
+        self.cluster.validate().map_err(ConfigError::Invalid)?;
+        if !self.cluster.nats_url.is_empty() && self.database.url.starts_with("sqlite:") {
+            return Err(ConfigError::Invalid(
+                "cluster.nats_url is set but the database is SQLite: replicas share one \
+                 PostgreSQL database (SQLite is one process's file); unset nats_url or use \
+                 PostgreSQL"
+                    .to_owned(),
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp.servers {
             if !weft_protocol::is_identifier(&server.name) || server.name.contains("__") {
@@ -342,6 +353,12 @@ impl Config {
         }
         if let Some(v) = env("WEFT_DATABASE_URL").or_else(|| env("DATABASE_URL")) {
             self.database.url = v;
+        }
+        if let Some(v) = env("WEFT_REPLICA_ID") {
+            self.cluster.replica_id = v;
+        }
+        if let Some(v) = env("WEFT_NATS_URL") {
+            self.cluster.nats_url = v;
         }
         if let Some(v) = env("WEFT_PROVIDER") {
             self.provider.default = Some(v);

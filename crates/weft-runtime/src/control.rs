@@ -9,6 +9,7 @@ use std::time::Duration;
 use weft_protocol::{echo, ApprovalDecision, ErrorCode, PermissionMode, ServerEvent};
 use weft_store::WriteOp;
 
+use crate::bus::Command;
 use crate::error::Refusal;
 use crate::frame::{FrameSink, SubscriberId};
 use crate::persist::to_wire;
@@ -68,14 +69,70 @@ impl Runtime {
         }
     }
 
-    /// Stop the thread's running turn (nothing when none runs).
+    /// Stop the thread's running turn, wherever it runs (nothing when none runs).
     pub async fn stop(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
-        self.owned_thread(user, thread_id).await?.stop();
+        self.check_owner(user, thread_id).await?;
+        match self.remote_turn(thread_id).await? {
+            Some(remote) => {
+                remote
+                    .send(Command::Stop {
+                        user: user.to_owned(),
+                        thread_id: thread_id.to_owned(),
+                        wait: false,
+                    })
+                    .await
+            }
+            None => self.stop_here(user, thread_id, false).await,
+        }
+    }
+
+    /// Stop the thread's turn if it runs on this replica; with `wait`, until it has ended
+    /// and its last write landed.
+    pub(crate) async fn stop_here(
+        &self,
+        user: &str,
+        thread_id: &str,
+        wait: bool,
+    ) -> Result<(), Refusal> {
+        let thread = self.owned_thread(user, thread_id).await?;
+        thread.stop();
+        if wait
+            && tokio::time::timeout(DELETE_WAIT, thread.idle())
+                .await
+                .is_err()
+        {
+            tracing::warn!(thread = %thread_id, "a stopped turn did not end in time");
+        }
         Ok(())
     }
 
-    /// Change the thread's permission mode now (a running turn's next call sees it).
+    /// Change the thread's permission mode now (a running turn's next call sees it, on
+    /// whichever replica it runs).
     pub async fn set_permission_mode(
+        &self,
+        user: &str,
+        thread_id: &str,
+        mode: PermissionMode,
+    ) -> Result<(), Refusal> {
+        self.check_owner(user, thread_id).await?;
+        match self.remote_turn(thread_id).await? {
+            Some(remote) => {
+                let thread = self.owned_thread(user, thread_id).await?;
+                thread.gate.set_mode(mode);
+                remote
+                    .send(Command::SetMode {
+                        user: user.to_owned(),
+                        thread_id: thread_id.to_owned(),
+                        mode,
+                    })
+                    .await
+            }
+            None => self.set_mode_here(user, thread_id, mode).await,
+        }
+    }
+
+    /// Change the thread's permission mode on this replica and in the store.
+    pub(crate) async fn set_mode_here(
         &self,
         user: &str,
         thread_id: &str,
@@ -93,9 +150,52 @@ impl Runtime {
             .map_err(Refusal::internal)
     }
 
-    /// Answer a pending approval of one of `user`'s threads; a denial's `reason` reaches the
-    /// model with the call's result (and so the record).
-    pub fn answer_approval(
+    /// Answer a pending approval of one of `user`'s threads, wherever its turn runs; a
+    /// denial's `reason` reaches the model with the call's result (and so the record).
+    pub async fn answer_approval(
+        &self,
+        user: &str,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    ) -> Result<(), Refusal> {
+        if self.bus.is_none() || self.hub.approval_thread(tool_call_id).is_some() {
+            return self.answer_approval_here(user, tool_call_id, decision, reason);
+        }
+        let stored = self
+            .store
+            .pending_approval_thread(tool_call_id)
+            .await
+            .map_err(Refusal::internal)?;
+        let remote = match stored {
+            Some(thread_id) => {
+                if let Err(refusal) = self.check_owner(user, &thread_id).await {
+                    return Err(match refusal.code {
+                        ErrorCode::Forbidden => approval_of_another_user(),
+                        _ => refusal,
+                    });
+                }
+                self.remote_turn(&thread_id).await?
+            }
+            None => None,
+        };
+        match remote {
+            Some(remote) => {
+                remote
+                    .send(Command::Approval {
+                        user: user.to_owned(),
+                        tool_call_id: tool_call_id.to_owned(),
+                        decision,
+                        reason,
+                    })
+                    .await
+            }
+            None => self.answer_approval_here(user, tool_call_id, decision, reason),
+        }
+    }
+
+    /// Answer a pending approval of a turn this replica runs.
+    pub(crate) fn answer_approval_here(
         &self,
         user: &str,
         tool_call_id: &str,
@@ -110,10 +210,7 @@ impl Runtime {
             .ok_or_else(not_pending)?;
         let thread = self.hub.get(&thread_id).ok_or_else(not_pending)?;
         if thread.owner != user {
-            return Err(Refusal::new(
-                ErrorCode::Forbidden,
-                "that approval belongs to another user's thread",
-            ));
+            return Err(approval_of_another_user());
         }
         let reason = reason.map(|r| weft_protocol::clip(&r, MAX_REASON_BYTES));
         if thread.gate.answer(tool_call_id, decision, reason) {
@@ -140,11 +237,27 @@ impl Runtime {
         }
     }
 
+    /// Replay what `sink` missed of the thread's turn, then follow it live — from the
+    /// replica that runs it when that is another one.
+    pub async fn resume(
+        self: &Arc<Self>,
+        user: &str,
+        thread_id: &str,
+        last_seq: u64,
+        sink: Arc<dyn FrameSink>,
+    ) -> Result<(), Refusal> {
+        let thread = self.owned_thread(user, thread_id).await?;
+        match self.remote_turn(thread_id).await? {
+            Some(remote) => self.follow(remote, user, thread, last_seq, sink).await,
+            None => self.resume_here(user, thread_id, last_seq, sink).await,
+        }
+    }
+
     /// Replay what `sink` missed of a turn in memory (after the stored snapshot when it
     /// missed more than is kept), then follow it live. With no turn in memory, or a turn that
     /// ended after the client missed more of it than is kept, answer from the store: the
     /// thread's last assistant message (the whole answer) and `chunk {done: true}`.
-    pub async fn resume(
+    pub(crate) async fn resume_here(
         &self,
         user: &str,
         thread_id: &str,
@@ -161,6 +274,20 @@ impl Runtime {
             thread.resume(sink, last_seq, snapshot);
             return Ok(());
         }
+        self.answer_from_store(&thread, sink.as_ref(), last_seq)
+            .await?;
+        thread.subscribe(sink);
+        Ok(())
+    }
+
+    /// The thread's last assistant message as stored (the whole answer), then
+    /// `chunk {done: true}`, to `sink` alone.
+    pub(crate) async fn answer_from_store(
+        &self,
+        thread: &ThreadRuntime,
+        sink: &dyn FrameSink,
+        last_seq: u64,
+    ) -> Result<(), Refusal> {
         let mut events = Vec::new();
         if let Some(message) = self
             .store
@@ -178,8 +305,7 @@ impl Runtime {
             parent_id: None,
             depth: 0,
         });
-        thread.send_to(sink.as_ref(), last_seq, events);
-        thread.subscribe(sink);
+        thread.send_to(sink, last_seq, events);
         Ok(())
     }
 
@@ -231,9 +357,26 @@ impl Runtime {
     /// thread back.
     pub async fn delete_thread(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
         self.check_owner(user, thread_id).await?;
+        if let Some(remote) = self.remote_turn(thread_id).await? {
+            // Its owner's writes would fail once the thread is gone (the lease goes with
+            // it), so a replica that does not answer does not hold the delete up.
+            let stopped = remote
+                .send(Command::Stop {
+                    user: user.to_owned(),
+                    thread_id: thread_id.to_owned(),
+                    wait: true,
+                })
+                .await;
+            if let Err(refusal) = stopped {
+                tracing::warn!(thread = %thread_id, error = %refusal.message, "deleting a thread whose turn another replica runs");
+            }
+        }
         if let Some(thread) = self.hub.remove(thread_id) {
             thread.stop();
-            if tokio::time::timeout(DELETE_WAIT, thread.idle()).await.is_err() {
+            if tokio::time::timeout(DELETE_WAIT, thread.idle())
+                .await
+                .is_err()
+            {
                 tracing::warn!(thread = %thread_id, "a stopped turn did not end in time; deleting anyway");
             }
         }
@@ -288,6 +431,10 @@ impl Runtime {
             }
             self.turns.wait().await;
         }
+        // Followers on other replicas get the last frames before this process goes.
+        if let Some(bus) = &self.bus {
+            bus.flush().await;
+        }
     }
 }
 
@@ -295,6 +442,13 @@ impl Runtime {
 enum Owned {
     Live(Arc<ThreadRuntime>),
     Stored(weft_store::ThreadRow),
+}
+
+fn approval_of_another_user() -> Refusal {
+    Refusal::new(
+        ErrorCode::Forbidden,
+        "that approval belongs to another user's thread",
+    )
 }
 
 fn no_thread(thread_id: &str) -> Refusal {

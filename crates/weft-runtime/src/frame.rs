@@ -37,6 +37,15 @@ impl SharedFrame {
         })
     }
 
+    /// A frame encoded elsewhere (another replica), as its JSON bytes.
+    pub fn from_json(seq: Option<u64>, json: Bytes) -> Arc<SharedFrame> {
+        Arc::new(SharedFrame {
+            seq,
+            json,
+            msgpack: OnceLock::new(),
+        })
+    }
+
     /// Bytes this frame holds (its JSON form).
     pub fn len(&self) -> usize {
         self.json.len()
@@ -255,6 +264,9 @@ mod tests {
             event: None
         }));
         assert!(frames.recv().await.is_some());
-        assert!(frames.recv().await.is_none(), "overflowed: the channel ends");
+        assert!(
+            frames.recv().await.is_none(),
+            "overflowed: the channel ends"
+        );
     }
 }

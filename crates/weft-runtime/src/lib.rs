@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod assets;
+pub mod bus;
 pub mod client_tools;
 pub mod config;
 pub mod control;
@@ -12,12 +13,14 @@ pub mod embeddings;
 pub mod error;
 pub mod frame;
 pub mod knowledge;
+pub mod leases;
 pub mod limits;
 pub mod metrics;
 pub mod persist;
 pub mod read_artifact;
 pub mod record;
 pub mod recovery;
+mod remote;
 pub mod replay;
 pub mod runtime;
 pub mod threads;

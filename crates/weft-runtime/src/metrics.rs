@@ -46,6 +46,16 @@ pub struct Metrics {
     /// Rows per commit.
     pub batch_rows: Histogram,
     pub commit_seconds: Histogram,
+    /// Turn leases this replica holds now.
+    pub leases_held: Gauge,
+    /// Leases of turns a dead replica left, taken to close them.
+    pub leases_taken: Counter,
+    /// Leases this replica lost while its turn ran (it stopped the turn).
+    pub leases_lost: Counter,
+    /// Frames this replica published for followers on other replicas.
+    pub bus_published: Counter,
+    /// Commands sent to other replicas, and how long their answers took.
+    pub bus_request_seconds: Histogram,
 }
 
 impl weft_store::WriteObserver for Metrics {
@@ -80,6 +90,38 @@ impl Default for Metrics {
         };
         let batch_ops = sizes();
         let batch_rows = sizes();
+        let leases_held = Gauge::default();
+        let leases_taken = Counter::default();
+        let leases_lost = Counter::default();
+        registry.register(
+            "leases_held",
+            "Turn leases this replica holds",
+            leases_held.clone(),
+        );
+        registry.register(
+            "leases_taken",
+            "Leases of turns a dead replica left, taken to close them",
+            leases_taken.clone(),
+        );
+        registry.register(
+            "leases_lost",
+            "Leases lost while their turn ran (the turn stopped)",
+            leases_lost.clone(),
+        );
+        let bus_published = Counter::default();
+        let bus_request_seconds = Histogram::new([
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0,
+        ]);
+        registry.register(
+            "bus_published",
+            "Frames published on the bus for followers on other replicas",
+            bus_published.clone(),
+        );
+        registry.register(
+            "bus_request_seconds",
+            "Round trips of commands sent to other replicas",
+            bus_request_seconds.clone(),
+        );
         let commit_seconds = Histogram::new([
             0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
         ]);
@@ -133,6 +175,11 @@ impl Default for Metrics {
             batch_ops,
             batch_rows,
             commit_seconds,
+            leases_held,
+            leases_taken,
+            leases_lost,
+            bus_published,
+            bus_request_seconds,
         }
     }
 }

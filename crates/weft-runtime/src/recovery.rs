@@ -1,47 +1,95 @@
-//! Start-up recovery: every turn a stopped process left `running` is closed as
-//! `interrupted`, keeping the text it had streamed; every call it left without a result gets
-//! the result "interrupted" (so the next turn's history stays valid), and every approval
-//! still pending becomes `expired`.
-//!
-//! This assumes one server per database: a second live replica's running turns would be
-//! closed too.
+//! Closing what a dead replica (or this one's former life) left: every turn still `running`
+//! whose lease expired is taken and closed as `interrupted`, keeping the text it had
+//! streamed; every call it left without a result gets the result "interrupted" (so the next
+//! turn's history stays valid), and the thread's approvals still pending become `expired`.
+//! Turns other replicas hold, and turns this one runs, are left alone. The heartbeat that
+//! renews this replica's leases runs the sweep.
 
 use std::collections::HashSet;
+use std::sync::{Arc, Weak};
 
 use serde_json::json;
 use weft_protocol::{
     ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus, INTERRUPTED_RESULT,
 };
-use weft_store::{ItemRow, Store, StoreError, WriteOp};
+use weft_store::{now_ms, Backend, ItemRow, MessageRow, Store, StoreError, WriteOp};
 
+use crate::leases::Leases;
 use crate::record::views::{root_text, tree_from_items};
 use crate::record::{entries, results_row, ItemPlace};
 
-/// Close every interrupted turn; returns how many there were.
-pub async fn close_interrupted_turns(store: &Store) -> Result<usize, StoreError> {
-    let running = store.running_turns().await?;
-    for message in &running {
-        let mut items = store.turn_items(&message.thread_id, &message.id).await?;
-        let waiting = store.pending_approval_ids(&message.thread_id).await?;
-        let synthetic = unanswered_calls(&items, &waiting);
-        items.extend(synthetic.iter().cloned());
-        let mut closed = message.clone();
-        closed.content = json!(root_text(&items));
-        closed.execution_tree = Some(std::sync::Arc::new(tree_from_items(&items)));
-        closed.status = "interrupted".to_owned();
-        if !synthetic.is_empty() {
-            store.submit(WriteOp::Items(synthetic), None);
+/// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone),
+/// then close what dead replicas left. Ends when the leases go with the runtime.
+pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store) {
+    let me: Weak<Leases> = Arc::downgrade(leases);
+    let every = leases.heartbeat();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(leases) = me.upgrade() else { return };
+            leases.renew(&store).await;
+            if let Err(e) = close_orphaned_turns(&store, &leases, Sweep::Heartbeat).await {
+                tracing::warn!(error = %e, "cannot look for turns dead replicas left");
+            }
         }
-        store
-            .write(WriteOp::FinishTurn { message: closed })
-            .await?;
-        tracing::warn!(thread = %message.thread_id, message = %message.id, "closed a turn the last run left unfinished");
+    });
+}
+
+/// When the sweep runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// At start-up: also the turns this replica's former life (same id) held; on SQLite every
+    /// running turn (one process per database file).
+    Startup,
+    /// On a heartbeat: turns whose lease expired.
+    Heartbeat,
+}
+
+/// Close every turn nobody runs; returns how many this replica closed.
+pub async fn close_orphaned_turns(
+    store: &Store,
+    leases: &Leases,
+    sweep: Sweep,
+) -> Result<usize, StoreError> {
+    let startup = sweep == Sweep::Startup;
+    let now = if startup && store.backend() == Backend::Sqlite {
+        i64::MAX
+    } else {
+        now_ms()
+    };
+    let former = startup.then(|| leases.replica_id());
+    let mut closed = 0;
+    for message in store.orphaned_turns(now, former).await? {
+        if leases.is_live(&message.id)
+            || !leases.take_orphan(store, &message.id, now, former).await?
+        {
+            continue;
+        }
+        close(store, &message).await?;
+        closed += 1;
     }
-    let expired = store.expire_pending_approvals().await?;
-    if expired > 0 {
-        tracing::warn!(expired, "approvals left pending by the last run expired");
+    Ok(closed)
+}
+
+/// Close one turn as `interrupted` (its lease is this replica's now).
+async fn close(store: &Store, message: &MessageRow) -> Result<(), StoreError> {
+    let mut items = store.turn_items(&message.thread_id, &message.id).await?;
+    let waiting = store.pending_approval_ids(&message.thread_id).await?;
+    let synthetic = unanswered_calls(&items, &waiting);
+    items.extend(synthetic.iter().cloned());
+    let mut closed = message.clone();
+    closed.content = json!(root_text(&items));
+    closed.execution_tree = Some(std::sync::Arc::new(tree_from_items(&items)));
+    closed.status = "interrupted".to_owned();
+    if !synthetic.is_empty() {
+        store.submit(WriteOp::Items(synthetic), None);
     }
-    Ok(running.len())
+    store.write(WriteOp::FinishTurn { message: closed }).await?;
+    let expired = store.expire_pending_approvals(&message.thread_id).await?;
+    tracing::warn!(thread = %message.thread_id, message = %message.id, expired, "closed a turn its replica left unfinished");
+    Ok(())
 }
 
 /// A synthetic "interrupted" result for every call in `items` that has none, one row per

@@ -2,14 +2,15 @@
 //! modes, the composed toolbelts, the services (assets, knowledge, media, workflows, MCP),
 //! the live threads, per-user limits, metrics — and the shutdown token.
 
+use crate::leases::Leases;
+use crate::recovery::{close_orphaned_turns, spawn_heartbeat, Sweep};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_core::{
-    compose_toolbelt, ContextWindows, ModeRegistry, RateCard, Tool, ToolPolicy,
-    Toolbelt,
+    compose_toolbelt, ContextWindows, ModeRegistry, RateCard, Tool, ToolPolicy, Toolbelt,
 };
 use weft_protocol::{AgentConfig, ChatContext, ErrorCode};
 use weft_store::Store;
@@ -18,6 +19,7 @@ use weft_tools::web::AssetSink;
 use weft_workflow::{NodeRegistry, Workflows};
 
 use crate::assets::AssetStore;
+use crate::bus::{Bus, CommandHandler};
 use crate::client_tools::PendingClientCalls;
 use crate::config::Config;
 use crate::embeddings::Embedder;
@@ -58,6 +60,10 @@ pub struct Runtime {
     pub client_calls: Arc<PendingClientCalls>,
     pub limits: UserLimits,
     pub metrics: Arc<Metrics>,
+    /// This replica's turn leases.
+    pub leases: Arc<Leases>,
+    /// The bus to the other replicas (none: a single process).
+    pub bus: Option<Arc<Bus>>,
     /// Every running turn, so shutdown can wait for them.
     pub turns: TaskTracker,
     /// Cancelled when the server starts shutting down.
@@ -78,6 +84,8 @@ pub enum StartupError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Bus(String),
     #[error("cannot prepare the asset directory {path}: {source}")]
     Assets {
         path: String,
@@ -119,11 +127,25 @@ impl Runtime {
     ) -> Result<Arc<Runtime>, StartupError> {
         let metrics = Arc::new(Metrics::default());
         store.observe_writes(metrics.clone());
-        crate::recovery::close_interrupted_turns(&store).await?;
+        let leases = Leases::new(&config.cluster, metrics.clone());
+        let closed = close_orphaned_turns(&store, &leases, Sweep::Startup).await?;
+        if closed > 0 {
+            tracing::warn!(closed, "closed turns left unfinished");
+        }
+        let bus = match config.cluster.nats_url.as_str() {
+            "" => None,
+            url => Some(
+                Bus::connect(url, leases.replica_id(), metrics.clone())
+                    .await
+                    .map_err(StartupError::Bus)?,
+            ),
+        };
+        spawn_heartbeat(&leases, store.clone());
         sync_keys(&config, &store, local_user).await?;
         let workspace = workspace_root(&config)?;
         let assets = Arc::new(asset_store(&config, &store)?);
-        let media = Arc::new(MediaGenerators::from_config(&config.media).map_err(StartupError::Config)?);
+        let media =
+            Arc::new(MediaGenerators::from_config(&config.media).map_err(StartupError::Config)?);
         let knowledge = Arc::new(knowledge(&config, &store)?);
         let tools = tools(&config, &store, &assets, &media, &knowledge).await?;
         let policies = [
@@ -164,12 +186,19 @@ impl Runtime {
             media,
             limits: UserLimits::new(&config.limits),
             metrics,
+            leases,
+            bus,
             turns: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             workspace_root: Some(workspace),
             subscribers: SubscriberIds::default(),
             config,
         });
+        if let Some(bus) = &runtime.bus {
+            let weak: Weak<Runtime> = Arc::downgrade(&runtime);
+            let handler: Weak<dyn CommandHandler> = weak;
+            bus.serve(handler).await.map_err(StartupError::Bus)?;
+        }
         // A misspelt `hitl_tools` name would silently turn an approval off.
         runtime
             .agent
@@ -177,7 +206,6 @@ impl Runtime {
             .map_err(|e| StartupError::Config(format!("[agent] {e}")))?;
         Ok(runtime)
     }
-
 
     /// An allowed MCP server that has not listed its tools yet.
     pub(crate) fn mcp_unlisted(&self, server: &str) -> bool {

@@ -38,6 +38,9 @@ struct ThreadState {
     someone_left: bool,
     /// When the last turn ended, or the runtime was made (for the janitor).
     ended_at: Option<std::time::Instant>,
+    /// Frames of a turn whose start is not committed yet, in order (they go out after
+    /// `turn_started`).
+    held: Option<Vec<ServerEvent>>,
 }
 
 impl ThreadRuntime {
@@ -57,6 +60,7 @@ impl ThreadRuntime {
                 someone_left: false,
                 // Idle from the start: a runtime made only to be read goes with the sweep.
                 ended_at: Some(std::time::Instant::now()),
+                held: None,
             }),
             ended: tokio::sync::Notify::new(),
         }
@@ -75,8 +79,33 @@ impl ThreadRuntime {
 
     /// Stamp the event with this thread and the next `seq`, encode it once, keep it for
     /// replay, and queue it for every subscriber (one whose queue overflowed is dropped).
-    pub fn publish(&self, event: ServerEvent) -> u64 {
+    pub fn publish(&self, event: ServerEvent) {
         let mut state = self.state.lock();
+        match &mut state.held {
+            Some(held) => held.push(event),
+            None => self.publish_locked(&mut state, event),
+        }
+    }
+
+    /// Keep this thread's frames back until [`ThreadRuntime::release_frames`].
+    pub fn hold_frames(&self) {
+        self.state.lock().held = Some(Vec::new());
+    }
+
+    /// Publish `first`, then every frame held back, in order; later frames go out at once.
+    /// `first` is `None` to drop what was held (the turn could not start).
+    pub fn release_frames(&self, first: Option<ServerEvent>) {
+        let mut state = self.state.lock();
+        let held = state.held.take().unwrap_or_default();
+        if let Some(first) = first {
+            self.publish_locked(&mut state, first);
+            for event in held {
+                self.publish_locked(&mut state, event);
+            }
+        }
+    }
+
+    fn publish_locked(&self, state: &mut ThreadState, event: ServerEvent) {
         let seq = state.next_seq;
         state.next_seq += 1;
         let frame = ServerFrame {
@@ -91,7 +120,6 @@ impl ThreadRuntime {
             event: Some(&frame.event),
         };
         state.subscribers.retain(|_, sink| sink.send(out));
-        seq
     }
 
     /// Send `events` to one subscriber only (not kept for replay), stamped with this thread

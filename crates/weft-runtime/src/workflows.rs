@@ -70,4 +70,3 @@ impl WorkflowLibrary for StoreLibrary {
             .map_err(|e| e.to_string())
     }
 }
-

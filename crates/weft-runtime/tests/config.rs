@@ -121,8 +121,7 @@ fn mcp_servers_need_distinct_names_and_one_transport() {
 
 #[test]
 fn the_shipped_default_config_loads() {
-    let config =
-        Config::from_toml_strict(include_str!("../../../config/default.toml")).unwrap();
+    let config = Config::from_toml_strict(include_str!("../../../config/default.toml")).unwrap();
     assert_eq!(config.server.bind, "127.0.0.1:8080");
     assert_eq!(config.database.sqlite_synchronous, "normal");
 }
@@ -159,7 +158,9 @@ fn key_paths(value: &serde_json::Value, prefix: &str, paths: &mut Vec<String>) {
 fn documented(text: &str, path: &str) -> bool {
     let header = |line: &str| -> Option<String> {
         let line = line.trim_start_matches('#').trim();
-        let inner = line.strip_prefix("[[").and_then(|l| l.split_once("]]"))
+        let inner = line
+            .strip_prefix("[[")
+            .and_then(|l| l.split_once("]]"))
             .or_else(|| line.strip_prefix('[').and_then(|l| l.split_once(']')))?;
         let rest = inner.1.trim();
         (rest.is_empty() || rest.starts_with('#')).then(|| inner.0.to_owned())
@@ -195,7 +196,10 @@ fn the_shipped_default_config_documents_every_key() {
     key_paths(&serde_json::to_value(&config).unwrap(), "", &mut paths);
     assert!(paths.len() > 100, "{paths:?}");
     let missing: Vec<&String> = paths.iter().filter(|p| !documented(text, p)).collect();
-    assert!(missing.is_empty(), "config/default.toml does not mention {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "config/default.toml does not mention {missing:?}"
+    );
 }
 
 #[test]
@@ -215,4 +219,15 @@ fn provider_falls_back_to_the_environment_then_the_demo() {
     assert_eq!(config.default_provider(), "demo");
     config.apply_env(|k| (k == "OPENAI_API_KEY").then(|| "sk".to_owned()));
     assert_eq!(config.default_provider(), "openai");
+}
+
+#[test]
+fn a_bus_needs_postgresql() {
+    let mut config = Config::default();
+    config.apply_env(|k| (k == "WEFT_NATS_URL").then(|| "nats://127.0.0.1:4222".to_owned()));
+    assert_eq!(config.cluster.nats_url, "nats://127.0.0.1:4222");
+    let e = config.validate().unwrap_err().to_string();
+    assert!(e.contains("SQLite") && e.contains("nats_url"), "{e}");
+    config.database.url = "postgres://127.0.0.1/weft".into();
+    assert!(config.validate().is_ok());
 }

@@ -11,8 +11,8 @@ use axum::http::{HeaderMap, StatusCode};
 use weft_protocol::ErrorCode;
 use weft_runtime::LOCAL_USER;
 
-use crate::listener::Ticket;
 use crate::error::ApiError;
+use crate::listener::Ticket;
 use crate::state::ServerState;
 
 /// An authenticated caller.
@@ -54,8 +54,10 @@ pub async fn authenticate(
             Ok(None) => Err(unauthorized()),
             Err(e) => {
                 tracing::error!(error = %e, "key lookup failed");
-                Err(ApiError::new(ErrorCode::Internal, "the key could not be checked")
-                    .status(StatusCode::SERVICE_UNAVAILABLE))
+                Err(
+                    ApiError::new(ErrorCode::Internal, "the key could not be checked")
+                        .status(StatusCode::SERVICE_UNAVAILABLE),
+                )
             }
         },
         None if state.local_user_allowed => Ok(AuthUser {

@@ -95,15 +95,15 @@ fn length(rest: &mut &[u8], width: usize) -> Result<usize, String> {
     Ok(head.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b)))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_frame_is_one_value_with_nothing_after_it() {
-        let frame = rmp_serde::to_vec_named(&serde_json::json!({"type": "ping", "n": [1, 2.5, "x"]}))
-            .unwrap();
+        let frame =
+            rmp_serde::to_vec_named(&serde_json::json!({"type": "ping", "n": [1, 2.5, "x"]}))
+                .unwrap();
         assert!(decode_msgpack(&frame).is_ok());
         let mut trailing = frame.clone();
         trailing.push(0xc0);

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use weft_protocol::{
-    decode_inbound, ClientCommand, ControlFrame, ErrorCode, InboundFrame, ServerEvent,
-    ServerFrame,
+    decode_inbound, ClientCommand, ControlFrame, ErrorCode, InboundFrame, ServerEvent, ServerFrame,
 };
 use weft_runtime::client_tools::ClientToolset;
 use weft_runtime::{FrameSink, Refusal, TurnRequest};
@@ -65,7 +64,7 @@ impl Connection {
                 }
             }
             Ok(InboundFrame::Control(frame)) => {
-                if let Err(refusal) = self.control(frame) {
+                if let Err(refusal) = self.control(frame).await {
                     self.error(refusal.code, refusal.message, None);
                 }
             }
@@ -100,7 +99,7 @@ impl Connection {
         }
     }
 
-    fn control(&self, frame: ControlFrame) -> Result<(), Refusal> {
+    async fn control(&self, frame: ControlFrame) -> Result<(), Refusal> {
         let runtime = &self.state.runtime;
         match frame {
             ControlFrame::Ping => {
@@ -111,7 +110,11 @@ impl Connection {
                 tool_call_id,
                 decision,
                 reason,
-            } => runtime.answer_approval(&self.user.id, &tool_call_id, decision, reason),
+            } => {
+                runtime
+                    .answer_approval(&self.user.id, &tool_call_id, decision, reason)
+                    .await
+            }
             // Client-run `ui_*` tools join the toolbelt of this connection's editor turns.
             ControlFrame::ClientToolsManifest { tools } => {
                 self.client_tools.set(tools).map_err(Refusal::invalid)

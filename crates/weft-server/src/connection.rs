@@ -18,12 +18,14 @@ use weft_protocol::ErrorCode;
 use crate::auth::AuthUser;
 use crate::codec::{decode_json, decode_msgpack, Wire};
 use crate::commands::Connection;
-use crate::outbox::{message, Outbound, Outbox, OutboxState};
 use crate::error::ApiError;
+use crate::outbox::{message, Outbound, Outbox, OutboxState};
 use crate::state::{ServerState, SocketSlot};
 
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+/// The server is restarting (a deploy, a replica going away): reconnect and resume.
+pub const CLOSE_SERVICE_RESTART: u16 = 1012;
 pub const CLOSE_INVALID_DATA: u16 = 1007;
 pub const CLOSE_TOO_BIG: u16 = 1009;
 pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
@@ -126,7 +128,7 @@ async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket:
                     }
                 },
                 () = conn.state.runtime.shutdown.cancelled() => {
-                    conn.outbox.close(CLOSE_GOING_AWAY, "server shutting down");
+                    conn.outbox.close(CLOSE_SERVICE_RESTART, "server restarting; reconnect and resume");
                     break;
                 }
                 _ = recheck.tick() => {

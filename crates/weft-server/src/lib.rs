@@ -18,8 +18,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::{delete, get, post};
 use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 
@@ -78,7 +78,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .with_state(state)
 }
 
-/// Serve until `shutdown` resolves; then stop accepting, close sockets (1001), let running
+/// Serve until `shutdown` resolves; then stop accepting, close sockets (1012: reconnect), let running
 /// turns finish within `server.shutdown_timeout_ms`, stop the rest, and wait for them to
 /// persist what they produced.
 pub async fn serve(

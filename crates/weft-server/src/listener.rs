@@ -209,8 +209,7 @@ pub async fn accept(
             },
             () = &mut shutdown => break,
         };
-        let Some(ticket) = registry.admit(peer.ip(), limits.max_unauthenticated_per_address)
-        else {
+        let Some(ticket) = registry.admit(peer.ip(), limits.max_unauthenticated_per_address) else {
             tracing::debug!(%peer, "refused: too many unauthenticated connections from one address");
             continue;
         };
@@ -223,13 +222,12 @@ pub async fn accept(
             _slot: slot,
         });
         let carried = ticket.clone();
-        let service = TowerToHyperService::new(app.clone().map_request(
-            move |request: Request<Incoming>| {
+        let service =
+            TowerToHyperService::new(app.clone().map_request(move |request: Request<Incoming>| {
                 let mut request = request.map(Body::new);
                 request.extensions_mut().insert(carried.clone());
                 request
-            },
-        ));
+            }));
         let connection = builder.serve_connection(io, service).with_upgrades();
         let closing = closing.clone();
         connections.spawn(async move {

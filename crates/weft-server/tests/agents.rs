@@ -784,7 +784,10 @@ async fn the_operators_agent_table_is_the_ceiling_of_every_stored_agent() {
         .unwrap();
     c.chat(None, "loop", json!({"agent": "old"})).await;
     let frames = c.turn().await;
-    assert_eq!(of_type(&frames, "budget_exceeded")[0]["reason"], "tool_calls");
+    assert_eq!(
+        of_type(&frames, "budget_exceeded")[0]["reason"],
+        "tool_calls"
+    );
     assert_eq!(ran(&frames), 20);
     server.stop().await;
 }
@@ -801,7 +804,11 @@ async fn a_stored_agents_history_budget_and_modes_are_its_own() {
         .await;
     c.turn().await;
     let sent = server.provider.requests().pop().unwrap().messages;
-    assert_eq!(sent.len(), 1, "only the new message fits in 40 tokens: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        1,
+        "only the new message fits in 40 tokens: {sent:?}"
+    );
     // The default agent keeps the whole history.
     c.chat(Some(&thread), "and again?", json!({"agent": "default"}))
         .await;
@@ -809,15 +816,29 @@ async fn a_stored_agents_history_budget_and_modes_are_its_own() {
     assert!(server.provider.requests().pop().unwrap().messages.len() > 1);
 
     // Code mode does not plan or watch its budget: such an agent is refused there.
-    create(&server, json!({"name": "planner", "planning_enabled": true})).await;
-    create(&server, json!({"name": "aware", "budget_awareness": "per-message"})).await;
-    for (agent, field) in [("planner", "planning_enabled"), ("aware", "budget_awareness")] {
+    create(
+        &server,
+        json!({"name": "planner", "planning_enabled": true}),
+    )
+    .await;
+    create(
+        &server,
+        json!({"name": "aware", "budget_awareness": "per-message"}),
+    )
+    .await;
+    for (agent, field) in [
+        ("planner", "planning_enabled"),
+        ("aware", "budget_awareness"),
+    ] {
         c.chat(None, "code please", json!({"agent": agent, "mode": "code"}))
             .await;
         let reply = c.recv_until(|f| f["type"] == "error").await;
         let error = reply.last().unwrap();
         assert_eq!(error["code"], "invalid_field");
-        assert!(error["message"].as_str().unwrap().contains(field), "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(field),
+            "{error}"
+        );
     }
     server.stop().await;
 }
@@ -835,11 +856,14 @@ async fn read_file_reads_past_the_result_cap_and_its_result_is_offloaded() {
         |c| c.agent.read_file_max_bytes = 300 << 10,
     )
     .await;
-    let body: String = (0..204_800).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let body: String = (0..204_800)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
     std::fs::write(server.workspace.join("big.txt"), &body).unwrap();
     std::fs::write(server.workspace.join("huge.txt"), vec![b'x'; 400 << 10]).unwrap();
     let mut c = server.client().await;
-    c.chat(None, "big", json!({"permission_mode": "auto"})).await;
+    c.chat(None, "big", json!({"permission_mode": "auto"}))
+        .await;
     let frames = c.turn().await;
     let ends: Vec<&Value> = of_type(&frames, "tool_call_update")
         .into_iter()
@@ -853,7 +877,10 @@ async fn read_file_reads_past_the_result_cap_and_its_result_is_offloaded() {
     // Past read_file_max_bytes: an error naming the size.
     assert_eq!(ends[2]["is_error"], true);
     let error = ends[2]["result"].as_str().unwrap();
-    assert!(error.contains("409600 bytes") && error.contains("read_file_max_bytes"), "{error}");
+    assert!(
+        error.contains("409600 bytes") && error.contains("read_file_max_bytes"),
+        "{error}"
+    );
     server.stop().await;
 }
 
@@ -877,15 +904,21 @@ async fn a_stored_agent_naming_a_tool_the_server_dropped_is_refused_at_turn_star
         .update_agent("local", "careful", &config.to_string())
         .await
         .unwrap());
-    c.chat(None, "hello again", json!({"agent": "careful"})).await;
+    c.chat(None, "hello again", json!({"agent": "careful"}))
+        .await;
     let reply = c.recv_until(|f| f["type"] == "error").await;
     let error = reply.last().unwrap();
     assert_eq!(error["code"], "invalid_field");
     let message = error["message"].as_str().unwrap();
     assert!(
-        message.contains("careful") && message.contains("hitl_tools") && message.contains("deploy_service"),
+        message.contains("careful")
+            && message.contains("hitl_tools")
+            && message.contains("deploy_service"),
         "{message}"
     );
-    assert!(of_type(&reply, "turn_started").is_empty(), "nothing started: {reply:?}");
+    assert!(
+        of_type(&reply, "turn_started").is_empty(),
+        "nothing started: {reply:?}"
+    );
     server.stop().await;
 }

@@ -138,11 +138,17 @@ async fn a_denials_reason_reaches_the_model_and_the_record() {
     c.chat(None, "write", json!({})).await;
     let request = c.recv_until(|f| f["type"] == "tool_approval_request").await;
     let id = request.last().unwrap()["tool_call_id"].clone();
-    c.send(json!({"type": "tool_approval_response", "tool_call_id": id, "decision": "deny",
-        "reason": "not on Fridays"}))
-        .await;
+    c.send(
+        json!({"type": "tool_approval_response", "tool_call_id": id, "decision": "deny",
+        "reason": "not on Fridays"}),
+    )
+    .await;
     let frames = answering(&mut c, &["deny"]).await;
-    let seen = server.provider.requests()[1].messages.last().unwrap().text();
+    let seen = server.provider.requests()[1]
+        .messages
+        .last()
+        .unwrap()
+        .text();
     assert!(seen.contains("Their reason: not on Fridays"), "{seen}");
     let (_, items) = server
         .get(&format!("/threads/{}/items", thread_of(&frames)), None)
@@ -153,7 +159,10 @@ async fn a_denials_reason_reaches_the_model_and_the_record() {
         .iter()
         .find(|i| i["kind"] == "tool_result")
         .unwrap();
-    assert!(recorded["result"].as_str().unwrap().contains("not on Fridays"));
+    assert!(recorded["result"]
+        .as_str()
+        .unwrap()
+        .contains("not on Fridays"));
     server.stop().await;
 }
 
@@ -184,7 +193,8 @@ async fn a_person_deciding_does_not_spend_the_wall_clock_and_an_approval_times_o
     server.stop().await;
 
     // Nobody answers: the approval times out after approval_timeout_ms.
-    let server = TestServer::start_with(two_writes(), |c| c.agent.approval_timeout_ms = Some(200)).await;
+    let server =
+        TestServer::start_with(two_writes(), |c| c.agent.approval_timeout_ms = Some(200)).await;
     let mut c = server.client().await;
     c.chat(None, "write", json!({})).await;
     let frames = c.turn().await;
@@ -328,7 +338,9 @@ async fn a_model_call_is_on_record_while_its_turn_waits_for_a_person() {
             .collect::<Vec<_>>(),
         [("scripted", 1, true)]
     );
-    c.send(json!({"command": "stop", "data": {"thread_id": thread}})).await;
-    c.recv_until(|f| f["type"] == "chunk" && f["done"] == true).await;
+    c.send(json!({"command": "stop", "data": {"thread_id": thread}}))
+        .await;
+    c.recv_until(|f| f["type"] == "chunk" && f["done"] == true)
+        .await;
     server.stop().await;
 }

@@ -500,7 +500,11 @@ async fn several_pending_approvals_queue_one_card_at_a_time() {
     b.click(".approval button[data-decision='deny']").await;
     b.wait(&format!("{ANSWER} === 'both handled'")).await;
     let statuses = b.js("Array.from(document.querySelectorAll('.tool-card[data-name=run_node]')).map(c => c.dataset.status).sort()").await;
-    assert_eq!(statuses, json!(["done", "error"]), "exactly the allowed call ran");
+    assert_eq!(
+        statuses,
+        json!(["done", "error"]),
+        "exactly the allowed call ran"
+    );
     b.close().await;
     server.stop().await;
 }

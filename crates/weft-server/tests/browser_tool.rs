@@ -121,7 +121,12 @@ async fn the_browser_asks_first_in_default_mode_and_a_denial_opens_nothing() {
     })
     .await;
     let mut c = server.client().await;
-    c.chat(None, "just open the form", json!({"permission_mode": "default"})).await;
+    c.chat(
+        None,
+        "just open the form",
+        json!({"permission_mode": "default"}),
+    )
+    .await;
     let frames = c.recv_until(|f| f["type"] == "tool_approval_request").await;
     let request = frames.last().unwrap();
     assert_eq!(
@@ -134,8 +139,14 @@ async fn the_browser_asks_first_in_default_mode_and_a_denial_opens_nothing() {
     let thread = thread_of(&frames);
     let results = results(&server, &thread).await;
     assert_eq!(results.len(), 1);
-    assert!(results[0].0 && results[0].1.contains("denied"), "{results:?}");
-    assert!(site.received_requests().await.unwrap().is_empty(), "no page was opened");
+    assert!(
+        results[0].0 && results[0].1.contains("denied"),
+        "{results:?}"
+    );
+    assert!(
+        site.received_requests().await.unwrap().is_empty(),
+        "no page was opened"
+    );
     server.stop().await;
 }
 
@@ -264,6 +275,9 @@ async fn no_page_worker_socket_or_popup_reaches_an_internal_service() {
         .map(|r| r.url.path().to_owned())
         .collect();
     assert!(reached.contains(&"/ok.png".to_owned()), "{reached:?}");
-    assert!(reached.contains(&"/redirect-inside".to_owned()), "{reached:?}");
+    assert!(
+        reached.contains(&"/redirect-inside".to_owned()),
+        "{reached:?}"
+    );
     server.stop().await;
 }

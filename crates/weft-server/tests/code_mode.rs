@@ -246,10 +246,19 @@ async fn modes_are_listed_with_their_rounds_and_code_stops_after_ten() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["name"].as_str().unwrap(), m["max_rounds"].as_u64().unwrap()))
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap(),
+                m["max_rounds"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(listed, [("classic", 20), ("code", 10)]);
-    assert!(modes.as_array().unwrap().iter().all(|m| m["display_name"].is_string()));
+    assert!(modes
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["display_name"].is_string()));
 
     // A model that always answers with more code gets ten rounds.
     let mut c = server.client().await;
@@ -263,6 +272,9 @@ async fn modes_are_listed_with_their_rounds_and_code_stops_after_ten() {
     assert_eq!(server.provider.requests().len(), 10);
     let budget = of_type(&frames, "budget_exceeded");
     assert_eq!(budget.len(), 1, "{frames:?}");
-    assert_eq!((budget[0]["reason"].as_str(), budget[0]["limit"].as_u64()), (Some("iterations"), Some(10)));
+    assert_eq!(
+        (budget[0]["reason"].as_str(), budget[0]["limit"].as_u64()),
+        (Some("iterations"), Some(10))
+    );
     server.stop().await;
 }

@@ -30,10 +30,15 @@ async fn connections_terminated_mid_turn_lose_nothing() {
         let mut frames = c
             .recv_until(|f| f["type"] == "chunk" && f["content"] == "two ")
             .await;
-        let ended = weft_store::testing::terminate_connections(&url).await.unwrap();
+        let ended = weft_store::testing::terminate_connections(&url)
+            .await
+            .unwrap();
         assert!(ended > 0, "the server had connections to end");
         frames.extend(c.turn().await);
-        assert!(of_type(&frames, "error").is_empty(), "round {round}: {frames:?}");
+        assert!(
+            of_type(&frames, "error").is_empty(),
+            "round {round}: {frames:?}"
+        );
         let message = &of_type(&frames, "message")[0]["message"];
         assert_eq!(message["status"], "completed");
         assert_eq!(message["content"], "one two three four five six done now");
@@ -45,7 +50,9 @@ async fn connections_terminated_mid_turn_lose_nothing() {
         assert_eq!(items.len(), 3, "response, result, answer");
 
         // Pooled connections that died while idle are replaced, not handed to a request.
-        weft_store::testing::terminate_connections(&url).await.unwrap();
+        weft_store::testing::terminate_connections(&url)
+            .await
+            .unwrap();
         for path in ["/threads".to_owned(), format!("/threads/{thread}/messages")] {
             let (status, body) = server.get(&path, None).await;
             assert_eq!(status, 200, "round {round} {path}: {body}");
@@ -65,16 +72,26 @@ async fn a_thread_deleted_while_its_turn_streams_stays_deleted() {
             .await;
         let thread = thread_of(&frames);
         let (status, _) = server
-            .call(reqwest::Method::DELETE, &format!("/threads/{thread}"), None, None)
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/threads/{thread}"),
+                None,
+                None,
+            )
             .await;
         assert_eq!(status, 204);
         // Whatever the turn still had to say, it is over and nothing of it is kept.
         c.turn().await;
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        assert!(server.store().thread(&thread).await.unwrap().is_none(), "round {round}");
+        assert!(
+            server.store().thread(&thread).await.unwrap().is_none(),
+            "round {round}"
+        );
         assert!(server.store().messages(&thread).await.unwrap().is_empty());
         assert!(server.store().root_items(&thread).await.unwrap().is_empty());
-        let (status, _) = server.get(&format!("/threads/{thread}/messages"), None).await;
+        let (status, _) = server
+            .get(&format!("/threads/{thread}/messages"), None)
+            .await;
         assert_eq!(status, 404);
     }
     server.stop().await;

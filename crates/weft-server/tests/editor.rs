@@ -190,7 +190,11 @@ async fn build_workflow_repairs_an_invalid_plan_and_the_page_gets_the_graph() {
     let call_id = &built["tool_call_id"];
     assert_eq!(
         updates,
-        [("started", call_id), ("started", call_id), ("done", call_id)]
+        [
+            ("started", call_id),
+            ("started", call_id),
+            ("done", call_id)
+        ]
     );
 
     // The built graph is the tool's result; the page was asked to paste it.
@@ -380,7 +384,12 @@ async fn the_model_is_told_it_is_in_the_editor_and_which_workflow_is_open() {
     .await;
     let body = json!({"name": "greeter", "description": "Greets people", "graph": good_graph()});
     let (status, created) = server
-        .call(reqwest::Method::POST, "/workflows", Some("k-alice"), Some(body))
+        .call(
+            reqwest::Method::POST,
+            "/workflows",
+            Some("k-alice"),
+            Some(body),
+        )
         .await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap();
@@ -390,11 +399,25 @@ async fn the_model_is_told_it_is_in_the_editor_and_which_workflow_is_open() {
     alice.chat(None, "hello", open.clone()).await;
     alice.turn().await;
     let system = server.provider.requests().pop().unwrap().system;
-    assert!(system.contains("build_workflow") && system.contains("ui_get_graph"), "{system}");
-    assert!(system.contains(&format!("\"greeter\" (workflow_id `{id}`): Greets people")), "{system}");
-    let shown = system.split("```json\n").nth(1).unwrap().split("\n```").next().unwrap();
+    assert!(
+        system.contains("build_workflow") && system.contains("ui_get_graph"),
+        "{system}"
+    );
+    assert!(
+        system.contains(&format!("\"greeter\" (workflow_id `{id}`): Greets people")),
+        "{system}"
+    );
+    let shown = system
+        .split("```json\n")
+        .nth(1)
+        .unwrap()
+        .split("\n```")
+        .next()
+        .unwrap();
     let shown: Value = serde_json::from_str(shown).unwrap();
-    let (_, saved) = server.get(&format!("/workflows/{id}"), Some("k-alice")).await;
+    let (_, saved) = server
+        .get(&format!("/workflows/{id}"), Some("k-alice"))
+        .await;
     assert_eq!(shown, saved["graph"], "the graph as saved");
 
     // No workflow open: the guidance alone; outside the editor: none of it.
@@ -413,7 +436,11 @@ async fn the_model_is_told_it_is_in_the_editor_and_which_workflow_is_open() {
         let context = json!({"chat_context": {"kind": "editor", "workflow_id": workflow_id}});
         client.chat(None, "hello", context).await;
         let reply = client.recv_until(|f| f["type"] == "error").await;
-        assert_eq!(reply.last().unwrap()["code"], "workflow_not_found", "{reply:?}");
+        assert_eq!(
+            reply.last().unwrap()["code"],
+            "workflow_not_found",
+            "{reply:?}"
+        );
         assert!(of_type(&reply, "turn_started").is_empty());
     }
     server.stop().await;

@@ -37,10 +37,11 @@ async fn queued(server: &TestServer, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_turns_share_commits() {
-    // The first model call waits a moment, so the turns go through their rounds together.
+    // The first model call waits long enough for every start to be committed and announced
+    // before any round is written; then the turns go through their rounds together.
     let mut steps: Vec<Value> = (0..ROUNDS)
         .map(|r| {
-            json!({"delay_ms": if r == 0 { 200 } else { 0 }, "tool_calls": [
+            json!({"delay_ms": if r == 0 { 3_000 } else { 0 }, "tool_calls": [
                 {"name": "memory_write", "arguments": {"key": "a", "value": format!("{r}")}},
                 {"name": "memory_write", "arguments": {"key": "b", "value": format!("{r}")}}]})
         })
@@ -64,7 +65,10 @@ async fn concurrent_turns_share_commits() {
         c.recv_until(|f| f["type"] == "turn_started").await;
     }
     let starts = commits(&server) - before;
-    assert!((1..=2).contains(&starts), "{TURNS} starts took {starts} commits");
+    assert!(
+        (1..=2).contains(&starts),
+        "{TURNS} starts took {starts} commits"
+    );
 
     // Then the rounds: a turn has one write in flight and holds what completes meanwhile,
     // and the writer takes every queued write in one commit.

@@ -186,7 +186,11 @@ async fn input_leftovers_get_clear_errors() {
     .await;
     let mut c = server.client().await;
     // Content with nothing in it starts no turn.
-    for content in [json!([]), json!([{"type": "text", "text": "  "}]), json!("")] {
+    for content in [
+        json!([]),
+        json!([{"type": "text", "text": "  "}]),
+        json!(""),
+    ] {
         c.send(json!({"command": "chat_message", "data": {"content": content}}))
             .await;
         let reply = c.recv().await;
@@ -494,7 +498,10 @@ async fn one_address_or_one_user_cannot_take_every_connection() {
     for _ in 0..3 {
         alice.push(server.client_with_key(Some("k-alice")).await.unwrap());
     }
-    assert_eq!(server.client_with_key(Some("k-alice")).await.err(), Some(429));
+    assert_eq!(
+        server.client_with_key(Some("k-alice")).await.err(),
+        Some(429)
+    );
     let mut bob = server.client_with_key(Some("k-bob")).await.unwrap();
     bob.send(json!({"type": "ping"})).await;
     assert_eq!(bob.recv().await["type"], "pong");
@@ -623,7 +630,12 @@ async fn bad_rest_bodies_get_json_errors_with_their_codes() {
     )
     .await;
     let (status, _) = server
-        .call(reqwest::Method::POST, "/collections", None, Some(json!({"name": "notes"})))
+        .call(
+            reqwest::Method::POST,
+            "/collections",
+            None,
+            Some(json!({"name": "notes"})),
+        )
         .await;
     assert_eq!(status, 201);
     let post = |path: &str, content_type: Option<&str>, body: Vec<u8>| {
@@ -641,14 +653,38 @@ async fn bad_rest_bodies_get_json_errors_with_their_codes() {
     const JSON: Option<&str> = Some("application/json");
     let huge = json!({"title": "big", "text": "x".repeat(100 * 1024)}).to_string();
     let cases = [
-        ("/collections/notes/documents", JSON, huge.into_bytes(), (413, "too_large")),
-        ("/collections/notes/documents", JSON, b"{\"title\": ".to_vec(), (400, "invalid_json")),
-        ("/collections/notes/documents", JSON, b"{\"title\": 7}".to_vec(), (422, "invalid_field")),
-        ("/agents", None, b"{\"name\": \"a\"}".to_vec(), (415, "invalid_json")),
+        (
+            "/collections/notes/documents",
+            JSON,
+            huge.into_bytes(),
+            (413, "too_large"),
+        ),
+        (
+            "/collections/notes/documents",
+            JSON,
+            b"{\"title\": ".to_vec(),
+            (400, "invalid_json"),
+        ),
+        (
+            "/collections/notes/documents",
+            JSON,
+            b"{\"title\": 7}".to_vec(),
+            (422, "invalid_field"),
+        ),
+        (
+            "/agents",
+            None,
+            b"{\"name\": \"a\"}".to_vec(),
+            (415, "invalid_json"),
+        ),
         ("/prompt", JSON, b"[]".to_vec(), (422, "invalid_field")),
     ];
     for (path, content_type, body, (status, code)) in cases {
-        assert_eq!(post(path, content_type, body).await, (status, code.to_owned()), "{path}");
+        assert_eq!(
+            post(path, content_type, body).await,
+            (status, code.to_owned()),
+            "{path}"
+        );
     }
     // Nothing was stored.
     let (_, documents) = server.get("/collections/notes/documents", None).await;

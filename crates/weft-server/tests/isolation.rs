@@ -128,11 +128,17 @@ async fn health_and_metrics() {
     .await;
     let (status, body) = server.get("/healthz", None).await;
     let (_, needed) = server.store().schema_versions().await.unwrap();
+    let replica = body["replica"]
+        .as_str()
+        .expect("healthz names its replica")
+        .to_string();
+    assert!(!replica.is_empty());
     assert_eq!(
         (status, body),
         (
             200,
-            json!({"status": "ok", "provider": "scripted", "demo": false, "schema": needed, "mcp": {}})
+            json!({"status": "ok", "provider": "scripted", "demo": false, "schema": needed,
+                   "mcp": {}, "replica": replica, "turns": 0, "bus": null})
         )
     );
     let mut c = server.client().await;
@@ -147,6 +153,9 @@ async fn health_and_metrics() {
         "weft_tokens_total{direction=\"input\"} 22",
         "weft_tokens_total{direction=\"output\"} 3",
         "weft_open_sockets 1",
+        "weft_leases_taken_total 0",
+        "weft_leases_held 0",
+        "weft_leases_lost_total 0",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }

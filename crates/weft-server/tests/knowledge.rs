@@ -267,7 +267,13 @@ async fn hybrid_ranking_finds_by_meaning_what_full_text_misses() {
     assert!(embeddings.received_requests().await.unwrap().len() >= 4);
     // With pgvector the database found the nearest chunks; elsewhere the server compared them.
     assert_eq!(
-        server.state.runtime.store.vectors_in_database().await.unwrap(),
+        server
+            .state
+            .runtime
+            .store
+            .vectors_in_database()
+            .await
+            .unwrap(),
         support::use_pgvector()
     );
     server.stop().await;
@@ -332,7 +338,13 @@ async fn memory_tools_and_recall_into_the_system_prompt() {
 async fn list_collections_in_a_turn_shows_the_users_own_and_shared_ones() {
     let server = TestServer::start_with(script(), keys).await;
     atlas(&server).await;
-    let (status, _) = post(&server, "/collections", ALICE, json!({"name": "diary", "description": "private"})).await;
+    let (status, _) = post(
+        &server,
+        "/collections",
+        ALICE,
+        json!({"name": "diary", "description": "private"}),
+    )
+    .await;
     assert_eq!(status, 201);
     let listed = |key| {
         let server = &server;
@@ -340,7 +352,10 @@ async fn list_collections_in_a_turn_shows_the_users_own_and_shared_ones() {
             let mut c = server.client_with_key(key).await.unwrap();
             c.chat(None, "what can I search", json!({})).await;
             let frames = c.turn().await;
-            assert!(of_type(&frames, "tool_approval_request").is_empty(), "a read tool");
+            assert!(
+                of_type(&frames, "tool_approval_request").is_empty(),
+                "a read tool"
+            );
             let request = server.provider.requests().pop().unwrap();
             let result: Value =
                 serde_json::from_str(&request.messages.last().unwrap().text()).unwrap();
@@ -360,7 +375,10 @@ async fn list_collections_in_a_turn_shows_the_users_own_and_shared_ones() {
         }
     };
     let own = |n: &str, d: &str| (n.to_owned(), d.to_owned());
-    assert_eq!(listed(ALICE).await, [own("atlas", "places"), own("diary", "private")]);
+    assert_eq!(
+        listed(ALICE).await,
+        [own("atlas", "places"), own("diary", "private")]
+    );
     // Bob sees the shared atlas, not alice's diary.
     assert_eq!(listed(BOB).await, [own("atlas", "places")]);
     server.stop().await;

@@ -424,7 +424,9 @@ async fn start_up(hitl_tools: &[&str]) -> Result<(), String> {
     config.mcp.servers = vec![ghost];
     config.policy.allowed_mcp_servers = vec!["ghost".into()];
     config.agent.hitl_tools = hitl_tools.iter().map(|t| t.to_string()).collect();
-    let db = weft_store::testing::TestDb::sqlite(dir.path()).await.unwrap();
+    let db = weft_store::testing::TestDb::sqlite(dir.path())
+        .await
+        .unwrap();
     let providers = config.build_providers().unwrap();
     let addr = "127.0.0.1:0".parse().unwrap();
     weft_server::ServerState::start(config, db.store.clone(), providers, addr)
@@ -440,6 +442,9 @@ async fn hitl_tools_may_name_a_tool_of_an_mcp_server_still_connecting_but_not_a_
         .unwrap();
     for name in ["mcp__elsewhere__deploy", "deploy_service"] {
         let error = start_up(&[name]).await.unwrap_err();
-        assert!(error.contains("hitl_tools") && error.contains(name), "{error}");
+        assert!(
+            error.contains("hitl_tools") && error.contains(name),
+            "{error}"
+        );
     }
 }

@@ -249,6 +249,10 @@ async fn a_prompt_with_more_frames_than_a_socket_may_queue_still_answers() {
     .text()
     .await
     .unwrap();
-    assert!(events.contains("\"done\":true"), "{}", &events[..200.min(events.len())]);
+    assert!(
+        events.contains("\"done\":true"),
+        "{}",
+        &events[..200.min(events.len())]
+    );
     server.stop().await;
 }

@@ -130,7 +130,11 @@ async fn shutdown_lets_running_turns_finish_and_persists_them() {
     let thread = thread_of(&seen);
     server.shutdown_and_wait().await;
     let closed = c.recv_until(|f| f["type"] == "__closed").await;
-    assert_eq!(closed.last().unwrap()["code"], 1001);
+    assert_eq!(
+        closed.last().unwrap()["code"],
+        1012,
+        "service restart: reconnect"
+    );
     let stored = server
         .reopened_store()
         .await
@@ -202,7 +206,13 @@ async fn resuming_a_big_turn_after_it_ended_gets_the_whole_answer() {
     c.close().await;
     // Wait for the turn to end on its own.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while server.store().messages(&thread).await.unwrap().get(1).map(|m| m.status.as_str())
+    while server
+        .store()
+        .messages(&thread)
+        .await
+        .unwrap()
+        .get(1)
+        .map(|m| m.status.as_str())
         != Some("completed")
     {
         assert!(Instant::now() < deadline, "the turn did not end");

@@ -448,7 +448,10 @@ async fn rest_runs_count_against_the_users_limits() {
     assert_eq!(refused.1["error"]["code"], "rate_limited");
     // Another user has their own share.
     let (status, _) = server.call(Method::POST, &path, BOB, Some(json!({}))).await;
-    assert_eq!(status, 404, "not bob's workflow, and not refused for alice's runs");
+    assert_eq!(
+        status, 404,
+        "not bob's workflow, and not refused for alice's runs"
+    );
     server.stop().await;
 }
 
@@ -473,7 +476,9 @@ fn results_by_name(frames: &[Value]) -> std::collections::BTreeMap<String, (bool
 async fn the_read_tools_list_read_and_describe_workflows_of_their_owner_only() {
     let server = server().await;
     let id = save(&server, greeter()).await;
-    server.provider.set_script(json!({"conversations": [{"match": "*", "steps": [
+    server
+        .provider
+        .set_script(json!({"conversations": [{"match": "*", "steps": [
         {"tool_calls": [
             {"id": "lw", "name": "list_workflows", "arguments": {}},
             {"id": "gw", "name": "get_workflow", "arguments": {"workflow_id": id}},
@@ -493,7 +498,10 @@ async fn the_read_tools_list_read_and_describe_workflows_of_their_owner_only() {
     );
     let read: Value = serde_json::from_str(&results["get_workflow"].1).unwrap();
     let (_, saved) = server.get(&format!("/workflows/{id}"), ALICE).await;
-    assert_eq!((&read["name"], &read["graph"]), (&json!("greeter"), &saved["graph"]));
+    assert_eq!(
+        (&read["name"], &read["graph"]),
+        (&json!("greeter"), &saved["graph"])
+    );
     let types: Value = serde_json::from_str(&results["list_node_types"].1).unwrap();
     let names: Vec<&str> = types
         .as_array()
@@ -503,7 +511,10 @@ async fn the_read_tools_list_read_and_describe_workflows_of_their_owner_only() {
         .collect();
     assert!(names.contains(&"text.template"), "{names:?}");
     assert!(names.iter().all(|n| n.contains("template")), "{names:?}");
-    assert!(types[0]["inputs"]["properties"].is_object(), "ports as JSON Schemas");
+    assert!(
+        types[0]["inputs"]["properties"].is_object(),
+        "ports as JSON Schemas"
+    );
 
     // Another user sees none of it.
     let mut bob = server.client_with_key(BOB).await.unwrap();

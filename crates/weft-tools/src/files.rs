@@ -36,7 +36,7 @@ impl Tool for ReadFile {
     weft_core::tool_meta! {
         name: "read_file",
         description: "Read a text file from the workspace. `path` is relative to the workspace root; \
-`offset` and `length` (bytes) read a part of a big file.",
+    `offset` and `length` (bytes) read a part of a big file.",
         class: WorkspaceWrite,
         category: Read,
         parameters: json!({"type": "object", "properties": {

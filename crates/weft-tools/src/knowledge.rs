@@ -119,7 +119,7 @@ impl Tool for SearchCollections {
     weft_core::tool_meta! {
         name: "search_collections",
         description: "Search every knowledge collection you can read; returns the best passages with their \
-collection, document, title and score.",
+    collection, document, title and score.",
         class: Knowledge,
         category: Read,
         parameters: json!({"type": "object", "properties": {
@@ -143,7 +143,7 @@ impl Tool for QueryCollection {
     weft_core::tool_meta! {
         name: "query_collection",
         description: "Find the passages of one knowledge collection that best answer a question; cite them \
-by document and title.",
+    by document and title.",
         class: Knowledge,
         category: Read,
         parameters: json!({"type": "object", "properties": {

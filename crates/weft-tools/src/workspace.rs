@@ -226,7 +226,11 @@ mod tests {
         std::fs::write(&target, "root:x").unwrap();
         // Same filesystem (both under the temp dir): a hard link to an outside inode.
         if std::fs::hard_link(&target, dir.path().join("linked")).is_ok() {
-            assert!(ws.read("linked", 0, 10).unwrap_err().0.contains("hard links"));
+            assert!(ws
+                .read("linked", 0, 10)
+                .unwrap_err()
+                .0
+                .contains("hard links"));
             assert!(ws
                 .write("linked", b"pwned")
                 .unwrap_err()

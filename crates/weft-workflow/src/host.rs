@@ -17,7 +17,11 @@ pub async fn call_tool(host: &dyn NestedCalls, name: &str, args: Value) -> Resul
 }
 
 /// One model call: `system` and one user message.
-pub async fn complete(host: &dyn NestedCalls, system: &str, prompt: &str) -> Result<String, String> {
+pub async fn complete(
+    host: &dyn NestedCalls,
+    system: &str,
+    prompt: &str,
+) -> Result<String, String> {
     host.complete(system, vec![ChatMessage::user(prompt)])
         .await
         .map_err(|e| match e {

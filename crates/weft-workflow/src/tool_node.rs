@@ -55,7 +55,8 @@ impl NodeType for ToolNode {
     }
 
     async fn run(&self, inputs: Ports, ctx: &NodeContext<'_>) -> Result<Ports, String> {
-        let text = crate::host::call_tool(ctx.host, self.tool.name(), Value::Object(inputs)).await?;
+        let text =
+            crate::host::call_tool(ctx.host, self.tool.name(), Value::Object(inputs)).await?;
         let result = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
         let mut out = Ports::new();
         out.insert("result".into(), result);

@@ -11,9 +11,9 @@ use weft_core::{Tool, ToolContext, ToolError};
 
 use crate::builder::BuildWorkflow;
 use crate::executor::execute;
-use crate::run::{Job, RunLimits, RunResult, RunStatus};
 use crate::graph::{Graph, Node};
 use crate::registry::NodeRegistry;
+use crate::run::{Job, RunLimits, RunResult, RunStatus};
 use crate::validate::validate_within;
 
 /// A saved workflow.
@@ -89,7 +89,15 @@ impl Workflows {
             workflow_id,
             prefix: None,
         };
-        let result = execute(&plan, params, nested.as_ref(), &self.registry, &self.limits, job).await;
+        let result = execute(
+            &plan,
+            params,
+            nested.as_ref(),
+            &self.registry,
+            &self.limits,
+            job,
+        )
+        .await;
         Ok((run_id, result))
     }
 }
@@ -188,7 +196,7 @@ impl Tool for ListNodeTypes {
     weft_core::tool_meta! {
         name: "list_node_types",
         description: "List the node types workflows can use (optionally those matching a query): each with \
-its input and output ports as JSON Schemas.",
+    its input and output ports as JSON Schemas.",
         class: Safe,
         category: Read,
         parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
@@ -204,7 +212,7 @@ impl Tool for RunWorkflow {
     weft_core::tool_meta! {
         name: "run_workflow",
         description: "Run a saved workflow with parameters (its input nodes' names); returns its outputs and \
-each node's status.",
+    each node's status.",
         class: Safe,
         category: Execute,
         parameters: json!({"type": "object", "properties": {

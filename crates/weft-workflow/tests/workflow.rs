@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
-use weft_protocol::ServerEvent;
 use weft_core::{ChatMessage, ModelError, NestedCalls, ToolOutcome};
+use weft_protocol::ServerEvent;
 use weft_workflow::{
     execute, validate, Graph, Job, NodeContext, NodeRegistry, NodeStatus, NodeType, Ports,
     RunLimits, RunStatus,
@@ -50,7 +50,11 @@ impl NestedCalls for Host {
             },
         }
     }
-    async fn complete(&self, _system: &str, messages: Vec<ChatMessage>) -> Result<String, ModelError> {
+    async fn complete(
+        &self,
+        _system: &str,
+        messages: Vec<ChatMessage>,
+    ) -> Result<String, ModelError> {
         tokio::time::sleep(Duration::from_millis(self.model_delay_ms)).await;
         Ok(format!("model says: {}", messages[0].text()))
     }
@@ -521,7 +525,15 @@ async fn nesting_items_and_node_runs_are_bounded_with_clear_errors() {
     );
     let plan = validate(&deep, &registry).unwrap();
     assert_eq!(plan.nesting, 7);
-    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    let run = execute(
+        &plan,
+        &Map::new(),
+        &Host::default(),
+        &registry,
+        &limits,
+        JOB,
+    )
+    .await;
     assert_eq!(run.status, RunStatus::Failed);
     assert!(run.error.unwrap().contains("max_map_depth"));
 
@@ -547,9 +559,19 @@ async fn nesting_items_and_node_runs_are_bounded_with_clear_errors() {
     // Too many items for one map.
     let many = graph(nested_maps(1, 1_001));
     let plan = validate(&many, &registry).unwrap();
-    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    let run = execute(
+        &plan,
+        &Map::new(),
+        &Host::default(),
+        &registry,
+        &limits,
+        JOB,
+    )
+    .await;
     assert!(
-        run.error.unwrap().contains("1001 items; a list.map takes at most 1000"),
+        run.error
+            .unwrap()
+            .contains("1001 items; a list.map takes at most 1000"),
         "the item cap"
     );
 
@@ -560,7 +582,15 @@ async fn nesting_items_and_node_runs_are_bounded_with_clear_errors() {
     };
     let wide = graph(nested_maps(2, 10));
     let plan = validate(&wide, &registry).unwrap();
-    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    let run = execute(
+        &plan,
+        &Map::new(),
+        &Host::default(),
+        &registry,
+        &limits,
+        JOB,
+    )
+    .await;
     assert_eq!(run.status, RunStatus::Failed);
     assert!(run.error.unwrap().contains("passed 50 node runs"));
 }
@@ -576,7 +606,15 @@ async fn nodes_at_once_are_bounded_across_nested_runs() {
         max_parallel: 3,
         ..RunLimits::default()
     };
-    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    let run = execute(
+        &plan,
+        &Map::new(),
+        &Host::default(),
+        &registry,
+        &limits,
+        JOB,
+    )
+    .await;
     assert_eq!(run.status, RunStatus::Completed, "{run:?}");
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= 3 && peak >= 2, "{peak} slow nodes at once");
@@ -585,15 +623,25 @@ async fn nodes_at_once_are_bounded_across_nested_runs() {
 #[tokio::test]
 async fn a_runaway_template_ends_by_itself_within_its_fuel() {
     let (registry, _) = registry();
-    let g = graph(json!({"nodes": [{"id": "t", "type": "text.template", "inputs": {
-        "template": "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}"
-    }}]}));
+    let g = graph(
+        json!({"nodes": [{"id": "t", "type": "text.template", "inputs": {
+            "template": "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}"
+        }}]}),
+    );
     let plan = validate(&g, &registry).unwrap();
     let limits = RunLimits {
         node_timeout: Duration::from_secs(3),
         ..RunLimits::default()
     };
-    let run = execute(&plan, &Map::new(), &Host::default(), &registry, &limits, JOB).await;
+    let run = execute(
+        &plan,
+        &Map::new(),
+        &Host::default(),
+        &registry,
+        &limits,
+        JOB,
+    )
+    .await;
     assert_eq!(run.status, RunStatus::Failed);
     let error = run.nodes[0].error.clone().unwrap();
     assert!(

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
-use weft_protocol::ServerEvent;
 use weft_core::{ChatMessage, ModelError, NestedCalls, ToolOutcome};
+use weft_protocol::ServerEvent;
 use weft_workflow::{
     execute, validate, Edge, Graph, Job, Node, NodeContext, NodeRegistry, NodeType, Ports,
     RunLimits, RunStatus,

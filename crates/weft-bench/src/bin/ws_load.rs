@@ -6,6 +6,10 @@
 //! * sequential turns on one socket → per-turn and per-round overhead;
 //! * N concurrent turns (one socket each) → turns/s, p50/p99 time to first frame and to first
 //!   text chunk, the server's peak RSS.
+//!
+//! `--replicas N` runs N replicas on one PostgreSQL database with a `nats-server`: the
+//! concurrent sockets are spread over them (CPU and memory summed), and turns run by one are
+//! followed from another, counting what crosses the bus per frame a follower gets.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +40,13 @@ struct Args {
     /// Database: `postgres` (a fresh database on the local server) or `sqlite`.
     #[arg(long, default_value = "postgres")]
     db: String,
+    /// Replicas on one PostgreSQL database with a `nats-server` of their own; the concurrent
+    /// sockets are spread over them.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// With replicas: turns run by the first and followed (`resume_chat`) from the second.
+    #[arg(long, default_value_t = 100)]
+    followed: usize,
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -57,7 +68,10 @@ fn w1_script() -> Value {
     // The first response carries one text chunk too, so "time to first chunk" measures the
     // first model response rather than the end of the turn.
     steps[0]["chunks"] = json!(["w1: "]);
-    json!({"conversations": [{"match": "*", "steps": steps}]})
+    // Followed turns wait 100 ms for their first response: the follower joins a live turn.
+    let mut slow = steps.clone();
+    slow[0]["delay_ms"] = json!(100);
+    json!({"conversations": [{"match": "Follow", "steps": slow}, {"match": "*", "steps": steps}]})
 }
 
 fn rss_of(pid: u32) -> (u64, u64) {
@@ -142,90 +156,175 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
     )
 }
 
-/// The writer's commits, ops and commit time so far, from the server's `/metrics`.
-async fn writer_figures(server: &weft_bench::server::ServerProcess) -> Option<(f64, f64, f64)> {
-    let body = server.get("/metrics").await?;
-    let sum = |prefix: &str| -> f64 {
-        body.lines()
-            .filter(|l| l.starts_with(prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    Some((
-        sum("weft_store_commits_total"),
-        sum("weft_store_batch_ops_sum"),
-        sum("weft_store_commit_seconds_sum"),
-    ))
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
+/// The server(s) under load: one process, or replicas sharing a database and a bus.
+enum Target {
+    One(weft_bench::server::ServerProcess),
+    Cluster(weft_bench::server::Cluster),
+}
+
+impl Target {
+    fn servers(&self) -> Vec<&weft_bench::server::ServerProcess> {
+        match self {
+            Target::One(server) => vec![server],
+            Target::Cluster(cluster) => cluster.replicas.iter().collect(),
+        }
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        self.servers()
+            .iter()
+            .map(|s| weft_bench::cpu_seconds_of(&s.pid.to_string()))
+            .sum()
+    }
+
+    /// Summed over the servers: (peak RSS, current RSS), KiB.
+    fn rss(&self) -> (u64, u64) {
+        self.servers()
+            .iter()
+            .map(|s| rss_of(s.pid))
+            .fold((0, 0), |(p, c), (sp, sc)| (p + sp, c + sc))
+    }
+
+    /// A counter summed over the servers' `/metrics`.
+    async fn metric(&self, prefix: &str) -> f64 {
+        let mut total = 0.0;
+        for server in self.servers() {
+            if let Some(body) = server.get("/metrics").await {
+                total += body
+                    .lines()
+                    .filter(|l| l.starts_with(prefix))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum::<f64>();
+            }
+        }
+        total
+    }
+
+    async fn stop(self) {
+        match self {
+            Target::One(server) => server.stop().await,
+            Target::Cluster(cluster) => cluster.stop().await,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let server = weft_bench::server::start(
-        &args.server_bin,
-        &w1_script(),
-        weft_bench::server::NO_USER_LIMITS,
-        &args.db,
-    )
-    .await
-    .unwrap_or_else(|e| fail(&e));
-    let (pid, addr) = (server.pid, server.addr.clone());
-    let expected: String = (0..20).map(|j| format!("w{j:03} ")).collect::<String>();
-    let peer = format!("weft-ws-{}", args.db);
+    let target = if args.replicas > 1 {
+        if args.db != "postgres" {
+            fail("--replicas needs --db postgres");
+        }
+        Target::Cluster(
+            weft_bench::server::start_cluster(
+                &args.server_bin,
+                &w1_script(),
+                weft_bench::server::NO_USER_LIMITS,
+                args.replicas,
+            )
+            .await
+            .unwrap_or_else(|e| fail(&e)),
+        )
+    } else {
+        Target::One(
+            weft_bench::server::start(
+                &args.server_bin,
+                &w1_script(),
+                weft_bench::server::NO_USER_LIMITS,
+                &args.db,
+            )
+            .await
+            .unwrap_or_else(|e| fail(&e)),
+        )
+    };
+    let peer = match args.replicas {
+        0 | 1 => format!("weft-ws-{}", args.db),
+        n => format!("weft-ws-{}-x{n}", args.db),
+    };
+    if args.idle > 0 {
+        idle(&target, &peer, args.idle).await;
+    }
+    sequential(&target, &peer, args.sequential).await;
+    concurrent(&target, &peer, args.concurrent).await;
+    if args.replicas > 1 && args.followed > 0 {
+        followed(&target, &peer, args.followed).await;
+    }
+    let commits = target.metric("weft_store_commits_total").await;
+    let ops = target.metric("weft_store_batch_ops_sum").await;
+    let seconds = target.metric("weft_store_commit_seconds_sum").await;
+    println!("{peer},commits_total,{commits},commits");
+    println!("{peer},ops_per_commit,{:.1},ops", ops / commits.max(1.0));
+    println!(
+        "{peer},commit_ms_mean,{:.2},ms",
+        seconds * 1000.0 / commits.max(1.0)
+    );
+    target.stop().await;
+}
 
-    // 1. Idle connections, measured first on a fresh server so freed memory is not reused.
-    let (_, idle_before) = rss_of(pid);
-    let mut idle = Vec::with_capacity(args.idle);
-    for _ in 0..args.idle {
-        idle.push(connect(&addr).await);
+fn expected_text() -> String {
+    (0..20).map(|j| format!("w{j:03} ")).collect()
+}
+
+/// Idle connections, measured first on a fresh server so freed memory is not reused.
+async fn idle(target: &Target, peer: &str, count: usize) {
+    let server = target.servers()[0];
+    let (_, before) = rss_of(server.pid);
+    let mut idle = Vec::with_capacity(count);
+    for _ in 0..count {
+        idle.push(connect(&server.addr).await);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (_, idle_after) = rss_of(pid);
+    let (_, after) = rss_of(server.pid);
     println!(
-        "{peer},idle{}_server_rss,{:.1},MB",
-        args.idle,
-        idle_after as f64 / 1024.0
+        "{peer},idle{count}_server_rss,{:.1},MB",
+        after as f64 / 1024.0
     );
     println!(
         "{peer},idle_kib_per_connection,{:.2},KB",
-        idle_after.saturating_sub(idle_before) as f64 / args.idle.max(1) as f64
+        after.saturating_sub(before) as f64 / count.max(1) as f64
     );
     drop(idle);
     tokio::time::sleep(Duration::from_millis(500)).await;
+}
 
-    // 2. Sequential turns on one socket.
-    let mut ws = connect(&addr).await;
+/// Sequential turns on one socket (to the first server), after 20 warm-up turns.
+async fn sequential(target: &Target, peer: &str, count: usize) {
+    let expected = expected_text();
+    let mut ws = connect(&target.servers()[0].addr).await;
     for _ in 0..20 {
         turn(&mut ws).await;
     }
     let started = Instant::now();
-    for _ in 0..args.sequential {
+    for _ in 0..count {
         let (_, _, _, text) = turn(&mut ws).await;
         if !text.ends_with(&expected) {
             fail(&format!("unexpected text {text:?}"));
         }
     }
-    let per_turn = started.elapsed().as_secs_f64() / args.sequential as f64;
+    let per_turn = started.elapsed().as_secs_f64() / count.max(1) as f64;
     println!("{peer},sequential_turn,{:.3},ms", per_turn * 1000.0);
     println!(
         "{peer},overhead_per_round,{:.1},us",
         per_turn * 1e6 / K as f64
     );
-    drop(ws);
+}
 
-    // 3. Concurrent turns, one socket each, all sent together.
-    let (_, rss_before) = rss_of(pid);
-    let mut sockets = Vec::with_capacity(args.concurrent);
-    for _ in 0..args.concurrent {
-        sockets.push(connect(&addr).await);
+/// Concurrent turns, one socket each (spread over the servers in turn), all sent together.
+async fn concurrent(target: &Target, peer: &str, n: usize) {
+    let expected = expected_text();
+    let (_, rss_before) = target.rss();
+    let servers = target.servers();
+    let mut sockets = Vec::with_capacity(n);
+    for i in 0..n {
+        sockets.push(connect(&servers[i % servers.len()].addr).await);
     }
-    let gate = Arc::new(tokio::sync::Barrier::new(args.concurrent));
-    let server_cpu_before = weft_bench::cpu_seconds_of(&pid.to_string());
+    let gate = Arc::new(tokio::sync::Barrier::new(n));
+    let server_cpu_before = target.cpu_seconds();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
     let tasks: Vec<_> = sockets
@@ -252,30 +351,26 @@ async fn main() {
         keep.push(ws);
     }
     let wall = started.elapsed().as_secs_f64();
-    let server_cpu = weft_bench::cpu_seconds_of(&pid.to_string()) - server_cpu_before;
+    let server_cpu = target.cpu_seconds() - server_cpu_before;
     let own_cpu = weft_bench::cpu_seconds_of("self") - own_cpu_before;
-    let (peak, _) = rss_of(pid);
+    let (peak, _) = target.rss();
     first_frames.sort();
     first_chunks.sort();
-    let n = args.concurrent;
     println!("{peer},conc{n}_wall,{wall:.3},s");
     println!("{peer},conc{n}_turns_per_s,{:.1},turns/s", n as f64 / wall);
-    println!(
-        "{peer},conc{n}_first_frame_p50,{:.2},ms",
-        percentile(&first_frames, 0.5)
-    );
-    println!(
-        "{peer},conc{n}_first_frame_p99,{:.2},ms",
-        percentile(&first_frames, 0.99)
-    );
-    println!(
-        "{peer},conc{n}_first_chunk_p50,{:.2},ms",
-        percentile(&first_chunks, 0.5)
-    );
-    println!(
-        "{peer},conc{n}_first_chunk_p99,{:.2},ms",
-        percentile(&first_chunks, 0.99)
-    );
+    for (name, sorted) in [
+        ("first_frame", &first_frames),
+        ("first_chunk", &first_chunks),
+    ] {
+        println!(
+            "{peer},conc{n}_{name}_p50,{:.2},ms",
+            percentile(sorted, 0.5)
+        );
+        println!(
+            "{peer},conc{n}_{name}_p99,{:.2},ms",
+            percentile(sorted, 0.99)
+        );
+    }
     println!(
         "{peer},conc{n}_server_cpu_per_turn,{:.0},us",
         server_cpu * 1e6 / n as f64
@@ -294,14 +389,79 @@ async fn main() {
     );
     drop(keep);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    if let Some((commits, ops, seconds)) = writer_figures(&server).await {
-        println!("{peer},commits_total,{commits},commits");
-        println!("{peer},ops_per_commit,{:.1},ops", ops / commits.max(1.0));
-        println!(
-            "{peer},commit_ms_mean,{:.2},ms",
-            seconds * 1000.0 / commits.max(1.0)
-        );
-    }
+}
 
-    server.stop().await;
+/// Turns run by the first replica and followed from the second (`resume_chat` through it):
+/// frames the follower got, and what crossed the bus for them.
+async fn followed(target: &Target, peer: &str, count: usize) {
+    let servers = target.servers();
+    let mut owner = connect(&servers[0].addr).await;
+    let mut follower = connect(&servers[1].addr).await;
+    let published_before = target.metric("weft_bus_published_total").await;
+    let mut frames = 0usize;
+    for _ in 0..count {
+        let chat = json!({"command": "chat_message", "data": {"content": "Follow workload W1."}});
+        send(&mut owner, &chat).await;
+        let thread = loop {
+            let body = next_text(&mut owner).await;
+            let frame: Value = serde_json::from_str(&body).unwrap_or_default();
+            if frame["type"] == "turn_started" {
+                break frame["thread_id"].as_str().unwrap_or_default().to_owned();
+            }
+        };
+        let resume =
+            json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}});
+        send(&mut follower, &resume).await;
+        loop {
+            let body = next_text(&mut follower).await;
+            frames += 1;
+            let frame: Frame<'_> = serde_json::from_str(&body).unwrap_or_default();
+            if frame.kind == "error" {
+                fail(&format!("follower: {body}"));
+            }
+            if frame.kind == "chunk" && frame.done && frame.depth == 0 {
+                break;
+            }
+        }
+        loop {
+            let body = next_text(&mut owner).await;
+            let frame: Frame<'_> = serde_json::from_str(&body).unwrap_or_default();
+            if frame.kind == "chunk" && frame.done && frame.depth == 0 {
+                break;
+            }
+        }
+    }
+    let published = target.metric("weft_bus_published_total").await - published_before;
+    println!(
+        "{peer},followed_frames_per_turn,{:.1},frames",
+        frames as f64 / count as f64
+    );
+    println!(
+        "{peer},bus_publishes_per_followed_turn,{:.1},messages",
+        published / count as f64
+    );
+    println!(
+        "{peer},bus_publishes_per_follower_frame,{:.2},messages",
+        published / frames.max(1) as f64
+    );
+}
+
+async fn send(ws: &mut Ws, frame: &Value) {
+    if ws
+        .send(Message::Text(frame.to_string().into()))
+        .await
+        .is_err()
+    {
+        fail("send failed");
+    }
+}
+
+async fn next_text(ws: &mut Ws) -> String {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), ws.next()).await {
+            Ok(Some(Ok(Message::Text(body)))) => return body.to_string(),
+            Ok(Some(Ok(_))) => continue,
+            _ => fail("the server stopped answering"),
+        }
+    }
 }

@@ -78,11 +78,18 @@ impl Server {
             .env("WEFT_SCRIPT", &script_path)
             .env("WEFT_DATABASE_URL", &db.url)
             .env("WEFT_WORKSPACE", db.dir.path().join("workspace"))
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("WEFT_TEST_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .env("NO_COLOR", "1")
             .current_dir(db.dir.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("WEFT_TEST_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -105,7 +112,16 @@ impl Server {
                     .collect::<String>();
             }
         };
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // WEFT_TEST_LOG=1 shows the servers' logs with the test's output.
+        let show = std::env::var_os("WEFT_TEST_LOG").is_some();
+        let name = addr.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if show {
+                    eprintln!("[{name}] {line}");
+                }
+            }
+        });
         Server { child, addr }
     }
 
@@ -118,6 +134,16 @@ impl Server {
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
+    }
+
+    /// Send the process a signal by name (`STOP`, `CONT`, `TERM`).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("the server runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} {pid}");
     }
 
     pub async fn connect(&self) -> Ws {
@@ -180,3 +206,83 @@ pub fn chat(content: &str, thread: Option<&str>) -> Value {
     json!({"command": "chat_message", "data": data})
 }
 
+/// A `nats-server` of the test's own, on a free port, gone with the value.
+pub struct Nats {
+    child: Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Nats {
+    pub async fn start() -> Nats {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let binary = [
+            "/usr/sbin/nats-server",
+            "/usr/bin/nats-server",
+            "/usr/local/bin/nats-server",
+        ]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("nats-server");
+        let child = Command::new(binary)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nats-server (scripts/test.sh installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not listen");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Nats {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// A load balancer of the test's own: each TCP connection goes to the backend current when
+/// it arrives, for as long as it lasts.
+pub struct Balancer {
+    pub addr: String,
+    backend: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Balancer {
+    pub async fn start(backend: &str) -> Balancer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let backend = std::sync::Arc::new(std::sync::Mutex::new(backend.to_owned()));
+        let current = backend.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let to = current.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(&to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        Balancer { addr, backend }
+    }
+
+    /// New connections go to `backend` from now on.
+    pub fn route_to(&self, backend: &str) {
+        *self.backend.lock().unwrap() = backend.to_owned();
+    }
+}

@@ -10,13 +10,18 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio_util::sync::CancellationToken;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder, Stored};
 use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
 use weft_store::{now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Store, WriteOp};
 
 use super::{entry_row, results_row, ItemPlace};
+use crate::leases::TurnLease;
+
+/// Why a turn that lost its lease was not saved by this replica.
+pub const LEASE_LOST: &str = "this server lost the turn's lease (it was stopped or cut off \
+    for longer than cluster.lease_ms); the replica that took it over closed the turn";
 
 /// Streamed text and held items reach the database at least this often.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -29,6 +34,8 @@ pub struct TurnLog {
     message_id: String,
     user_id: String,
     cancel: CancellationToken,
+    /// The turn's lease: nothing is written once it is lost.
+    lease: Arc<TurnLease>,
     failure: Arc<Mutex<Option<String>>>,
     state: Mutex<LogState>,
     /// Told each time a write of this turn lands.
@@ -64,6 +71,7 @@ impl TurnLog {
         message_id: &str,
         user_id: &str,
         cancel: CancellationToken,
+        lease: Arc<TurnLease>,
     ) -> Arc<TurnLog> {
         Arc::new_cyclic(|me| TurnLog {
             me: me.clone(),
@@ -72,6 +80,7 @@ impl TurnLog {
             message_id: message_id.to_owned(),
             user_id: user_id.to_owned(),
             cancel,
+            lease,
             failure: Arc::default(),
             state: Mutex::default(),
             landed: tokio::sync::Notify::new(),
@@ -97,10 +106,17 @@ impl TurnLog {
             if state.in_flight {
                 return;
             }
-            let ops = self.take_from(&mut state);
+            let mut ops = self.take_from(&mut state);
             if ops.is_empty() {
                 return;
             }
+            if !self.lease.check() {
+                self.failure
+                    .lock()
+                    .get_or_insert_with(|| LEASE_LOST.to_owned());
+                return;
+            }
+            ops.insert(0, self.lease.fence());
             state.in_flight = true;
             ops
         };
@@ -213,7 +229,10 @@ impl Recorder for TurnLog {
         }
     }
 
+    /// Called before any of the response's calls runs: a turn whose lease is gone stops
+    /// here, so its calls do not run.
     fn assistant(&self, place: Place<'_>, text: &str, calls: &[RecordedCall]) {
+        self.lease.check();
         let entry = RecordEntry::Assistant {
             id: None,
             text: text.to_owned(),

@@ -11,7 +11,7 @@ pub mod history;
 mod log;
 pub mod views;
 
-pub use log::{TurnLog, FLUSH_EVERY};
+pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};

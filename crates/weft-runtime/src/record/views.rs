@@ -134,7 +134,13 @@ pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
                     for call in tool_calls {
                         let args: Value = serde_json::from_str(&call.arguments)
                             .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-                        tree.start(&call.id, item.parent_id.as_deref(), &call.name, Some(&args), depth);
+                        tree.start(
+                            &call.id,
+                            item.parent_id.as_deref(),
+                            &call.name,
+                            Some(&args),
+                            depth,
+                        );
                     }
                 }
                 RecordEntry::ToolResult {
@@ -143,7 +149,12 @@ pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
                     is_error,
                     metadata,
                     ..
-                } => tree.end(&tool_call_id, Some(&result), Some(is_error), metadata.as_ref()),
+                } => tree.end(
+                    &tool_call_id,
+                    Some(&result),
+                    Some(is_error),
+                    metadata.as_ref(),
+                ),
                 _ => {}
             }
         }

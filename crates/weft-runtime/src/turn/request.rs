@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use weft_protocol::{ChatContext, ChatMessageData, MediaGeneration, MessageContent, PermissionMode};
+use weft_protocol::{
+    ChatContext, ChatMessageData, MediaGeneration, MessageContent, PermissionMode,
+};
 
 use crate::client_tools::ClientToolset;
 use crate::error::Refusal;

@@ -64,7 +64,11 @@ impl Runtime {
         let open = match workflow_id {
             None => None,
             Some(id) => {
-                let row = self.store.workflow(user, id).await.map_err(Refusal::internal)?;
+                let row = self
+                    .store
+                    .workflow(user, id)
+                    .await
+                    .map_err(Refusal::internal)?;
                 let row = row.ok_or_else(|| {
                     Refusal::new(
                         ErrorCode::WorkflowNotFound,

@@ -75,17 +75,27 @@ impl Runtime {
             return Err(Refusal::invalid("content is empty"));
         }
         let slot = self.admit(user)?;
-        let existing = self.existing_thread(user, request.thread_id.as_deref()).await?;
+        let existing = self
+            .existing_thread(user, request.thread_id.as_deref())
+            .await?;
+        if let Some(row) = &existing {
+            if self.remote_turn(&row.id).await?.is_some() {
+                return Err(turn_in_progress(&row.id));
+            }
+        }
         let setup = self.setup(user, &request, existing.as_ref()).await?;
         code_mode_can_run(&mode, &setup.agent)?;
-        let agent_change = request
-            .agent
-            .clone()
-            .filter(|name| existing.as_ref().is_some_and(|row| row.agent.as_deref() != Some(name)));
+        let agent_change = request.agent.clone().filter(|name| {
+            existing
+                .as_ref()
+                .is_some_and(|row| row.agent.as_deref() != Some(name))
+        });
         let claim = self.claim(user, &request, existing)?;
         let mode_name = mode.name();
         let mode = mode.into_mode(&claim.runtime.id, &claim.message_id);
-        let mode_change = request.permission_mode.filter(|_| claim.new_thread.is_none());
+        let mode_change = request
+            .permission_mode
+            .filter(|_| claim.new_thread.is_none());
         if let Some(permission_mode) = request.permission_mode {
             claim.runtime.gate.set_mode(permission_mode);
         }
@@ -210,16 +220,14 @@ impl Runtime {
         if runtime.owner != user {
             return Err(Refusal::forbidden_thread());
         }
+        if self.bus.is_some() && existing.is_some() && !runtime.is_active() {
+            // Another replica may have changed it since this one last ran the thread.
+            runtime.gate.set_mode(stored_mode);
+        }
         let cancel = CancellationToken::new();
         let message_id = new_id();
         if !runtime.try_begin(cancel.clone(), &message_id) {
-            return Err(Refusal::new(
-                ErrorCode::TurnInProgress,
-                format!(
-                    "thread `{}` already has a turn running; send stop first",
-                    row.id
-                ),
-            ));
+            return Err(turn_in_progress(&row.id));
         }
         Ok(Claim {
             runtime,
@@ -228,6 +236,13 @@ impl Runtime {
             cancel,
         })
     }
+}
+
+fn turn_in_progress(thread_id: &str) -> Refusal {
+    Refusal::new(
+        ErrorCode::TurnInProgress,
+        format!("thread `{thread_id}` already has a turn running; send stop first"),
+    )
 }
 
 /// Code mode runs neither the planner nor budget awareness: an agent that asks for either is

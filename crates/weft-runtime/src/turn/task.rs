@@ -6,21 +6,22 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use weft_core::{
-    ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd,
-    TurnOutcome, TurnSpec,
+    ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd, TurnOutcome, TurnSpec,
 };
 use weft_protocol::{ErrorCode, PermissionMode, ServerEvent, ToolCallStatus};
-use weft_store::{new_id, now_ms, NewMessage, StoreError, ThreadRow, WriteOp};
+use weft_store::{new_id, now_ms, Done, NewMessage, StoreError, ThreadRow, WriteOp};
 
 use super::request::TurnRequest;
 use super::resolve::Setup;
 use super::start::Claim;
+use crate::leases::TurnLease;
 use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
 use crate::persist::{end_status, finish_turn, running_message, TurnRecord};
 use crate::record::history::provider_history;
-use crate::record::{TurnLog, FLUSH_EVERY};
+use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
 
@@ -50,6 +51,10 @@ struct TurnTask {
     permission_mode: PermissionMode,
     provider_name: String,
     log: Arc<TurnLog>,
+    /// The turn's lease (its row goes with the start).
+    lease: Arc<TurnLease>,
+    /// Stops the turn (its start could not be saved).
+    cancel: CancellationToken,
     mode_change: Option<PermissionMode>,
     agent_change: Option<String>,
     agent_name: String,
@@ -76,12 +81,14 @@ impl Runtime {
             slot,
         } = launch;
         let thread = claim.runtime;
+        let (lease, lease_row) = self.leases.take(&claim.message_id, claim.cancel.clone());
         let log = TurnLog::new(
             self.store.clone(),
             &thread.id,
             &claim.message_id,
             &user,
             claim.cancel.clone(),
+            lease.clone(),
         );
         thread.set_log(log.clone());
         let events = {
@@ -94,7 +101,7 @@ impl Runtime {
             .gate(thread.gate.clone())
             .rate_card(self.rate_card.clone())
             .events(events)
-            .cancel(claim.cancel)
+            .cancel(claim.cancel.clone())
             .user(&user, self.workspace_of(&user))
             .recorder(log.clone())
             .planner(setup.planner)
@@ -123,6 +130,8 @@ impl Runtime {
             permission_mode,
             provider_name: setup.provider_name,
             log,
+            lease,
+            cancel: claim.cancel,
             mode_change,
             agent_change,
             agent_name: setup.agent.name.clone(),
@@ -130,7 +139,7 @@ impl Runtime {
             _slot: slot,
         };
         self.turns
-            .spawn(task.run(claim.new_thread, user_message, spec, mode));
+            .spawn(task.run(claim.new_thread, user_message, lease_row, spec, mode));
     }
 }
 
@@ -139,28 +148,31 @@ impl TurnTask {
         self,
         new_thread: Option<ThreadRow>,
         user_message: NewMessage,
+        lease_row: WriteOp,
         mut spec: TurnSpec,
         mode: Arc<dyn ExecutionMode>,
     ) {
         self.runtime.metrics.active_turns.inc();
         let model = spec.model.clone();
         let max_history_tokens = spec.config.max_history_tokens;
+        // The turn's frames wait behind `turn_started`, which waits for the start's commit.
+        self.thread.hold_frames();
         match self
-            .begin(new_thread, user_message, &model, max_history_tokens)
+            .begin(
+                new_thread,
+                user_message,
+                lease_row,
+                &model,
+                max_history_tokens,
+            )
             .await
         {
             Ok((history, record)) => {
-                // Announced once the thread and both messages are committed: a client that
-                // saw `turn_started` finds its message after any crash.
-                self.thread.publish(ServerEvent::TurnStarted {
-                    message_id: self.message_id.clone(),
-                    permission_mode: self.permission_mode,
-                    mode: self.mode_name.clone(),
-                });
                 spec.history = history;
                 self.drive(spec, mode, record).await;
             }
             Err(e) => {
+                self.thread.release_frames(None);
                 tracing::error!(error = %e, thread = %self.thread.id, "cannot start a turn");
                 self.publish_error(
                     ErrorCode::Internal,
@@ -169,18 +181,20 @@ impl TurnTask {
                 self.publish_done();
             }
         }
+        self.runtime.leases.release(&self.message_id);
         self.thread.end();
         self.runtime.metrics.active_turns.dec();
     }
 
     /// Read the history (an existing thread's record, pruned to the agent's
     /// `max_history_tokens`), then write the thread (when new), the user message and the
-    /// running assistant message, and wait for the commit (group commit shares it with
-    /// other turns starting meanwhile).
+    /// running assistant message; the model call need not wait for that commit (group
+    /// commit shares it with other turns starting meanwhile), `turn_started` does.
     async fn begin(
         &self,
         new_thread: Option<ThreadRow>,
         mut user_message: NewMessage,
+        lease_row: WriteOp,
         model: &str,
         max_history_tokens: u64,
     ) -> Result<(Vec<ChatMessage>, TurnRecord<'_>), StoreError> {
@@ -206,6 +220,7 @@ impl TurnTask {
             thread: new_thread,
             messages: vec![user_message.clone(), running_message(&record)],
         }];
+        start.push(lease_row);
         if let Some(mode) = self.mode_change {
             start.push(WriteOp::SetThreadMode {
                 id: self.thread.id.to_string(),
@@ -218,7 +233,7 @@ impl TurnTask {
                 agent: Some(agent.clone()),
             });
         }
-        store.write(WriteOp::Many(start)).await?;
+        store.submit(WriteOp::Many(start), Some(self.announce()));
         messages.push(user_message);
         let history = provider_history(
             &messages,
@@ -227,6 +242,28 @@ impl TurnTask {
             TokenCounter::for_model(model),
         );
         Ok((history, record))
+    }
+
+    /// What happens when the start's write ends, right after the commit: the turn is
+    /// announced, then what it has sent meanwhile; or, when the start could not be saved,
+    /// those frames are dropped and the turn stops (it ends with an error). Any later write
+    /// of the turn commits after this one, so the turn's end always comes after.
+    fn announce(&self) -> Done {
+        let thread = self.thread.clone();
+        let cancel = self.cancel.clone();
+        let started = ServerEvent::TurnStarted {
+            message_id: self.message_id.clone(),
+            permission_mode: self.permission_mode,
+            mode: self.mode_name.clone(),
+        };
+        Box::new(move |committed| match committed {
+            Ok(()) => thread.release_frames(Some(started)),
+            Err(e) => {
+                tracing::error!(error = %e, thread = %thread.id, "a turn's start was not saved");
+                thread.release_frames(None);
+                cancel.cancel();
+            }
+        })
     }
 
     /// Run the mode (its events reach the clients through `forward`, on the turn's own
@@ -253,7 +290,14 @@ impl TurnTask {
         self.count(&outcome);
         // What is held (text of a response cut short included) goes with the turn's end.
         let (op, message) = finish_turn(record, &mut outcome);
-        let mut ops = self.log.take_held();
+        if !self.lease.check() {
+            // Another replica closes the turn; this one must not write to it any more.
+            self.publish_error(ErrorCode::Internal, LEASE_LOST.to_owned());
+            self.publish_done();
+            return;
+        }
+        let mut ops = vec![self.lease.fence()];
+        ops.extend(self.log.take_held());
         ops.push(op);
         let saved = self.runtime.store.write(WriteOp::Many(ops)).await;
         match self

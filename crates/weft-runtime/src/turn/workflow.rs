@@ -107,7 +107,14 @@ impl ExecutionMode for WorkflowTurn {
         let hosted = HostedTurn::start(&spec);
         let run_id = run_id_of(&self.message_id);
         let started_at = now_ms();
-        let result = run_hosted(&self.runtime, &hosted, &self.workflow, &self.params, &run_id).await;
+        let result = run_hosted(
+            &self.runtime,
+            &hosted,
+            &self.workflow,
+            &self.params,
+            &run_id,
+        )
+        .await;
         hosted.say(&summary(&self.workflow.name, &result));
         let library = StoreLibrary {
             store: self.runtime.store.clone(),

@@ -85,4 +85,3 @@ pub async fn serve(
     }
     Ok(response)
 }
-

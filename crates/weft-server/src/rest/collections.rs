@@ -108,10 +108,7 @@ pub async fn create(
 }
 
 /// `GET /collections`: the caller's, then shared ones.
-pub async fn list(
-    State(state): State<Arc<ServerState>>,
-    user: AuthUser,
-) -> Rest<Response> {
+pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest<Response> {
     let rows = state
         .runtime
         .store

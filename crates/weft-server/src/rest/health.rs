@@ -47,6 +47,11 @@ pub async fn healthz(State(state): State<Arc<ServerState>>) -> Response {
                 "demo": runtime.providers.is_demo(),
                 "schema": applied,
                 "mcp": mcp,
+                "replica": runtime.leases.replica_id(),
+                "turns": runtime.leases.held(),
+                "bus": runtime.bus.as_ref().map(|bus| {
+                    if bus.is_connected() { "connected" } else { "disconnected" }
+                }),
             }))
             .into_response()
         }

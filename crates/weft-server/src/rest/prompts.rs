@@ -180,7 +180,9 @@ async fn decide(
     // Listen before answering, so nothing that follows is missed.
     let (sink, mut frames) = waiter(runtime);
     thread.subscribe(sink);
-    runtime.answer_approval(&user.id, &body.tool_call_id, decision, body.reason)?;
+    runtime
+        .answer_approval(&user.id, &body.tool_call_id, decision, body.reason)
+        .await?;
     wait(&mut frames, Some(&body.tool_call_id)).await;
     drop(frames);
     answer(runtime, &message.thread_id, &message.id).await
@@ -299,7 +301,10 @@ async fn answer(runtime: &Runtime, thread_id: &str, message_id: &str) -> Rest<Re
         .await
         .map_err(ApiError::internal)?
         .ok_or_else(no_prompt)?;
-    let messages = store.messages(thread_id).await.map_err(ApiError::internal)?;
+    let messages = store
+        .messages(thread_id)
+        .await
+        .map_err(ApiError::internal)?;
     let input = messages
         .iter()
         .filter(|m| m.role == "user" && m.position < message.position)

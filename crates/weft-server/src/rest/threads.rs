@@ -79,7 +79,11 @@ pub async fn trace(
     user: AuthUser,
 ) -> Rest<Response> {
     state.runtime.check_owner(&user.id, &id).await?;
-    identifier(&message_id, ErrorCode::MessageNotFound, "message in this thread")?;
+    identifier(
+        &message_id,
+        ErrorCode::MessageNotFound,
+        "message in this thread",
+    )?;
     let store = &state.runtime.store;
     let Some(message) = store
         .message(&id, &message_id)

@@ -219,12 +219,14 @@ pub async fn run(
     while let Some(delivered) = frames.recv().await {
         match delivered.event {
             Some(ServerEvent::ToolApprovalRequest { tool_call_id, .. }) => {
-                let _ = runtime.answer_approval(
-                    &user.id,
-                    &tool_call_id,
-                    ApprovalDecision::Deny,
-                    Some("nobody is there to approve it in a REST run".to_owned()),
-                );
+                let _ = runtime
+                    .answer_approval(
+                        &user.id,
+                        &tool_call_id,
+                        ApprovalDecision::Deny,
+                        Some("nobody is there to approve it in a REST run".to_owned()),
+                    )
+                    .await;
             }
             Some(ServerEvent::Chunk { done: true, .. }) => break,
             _ => {}

@@ -394,8 +394,8 @@ impl Tool for BrowserTool {
     weft_core::tool_meta! {
         name: "browser",
         description: "Drive a real web browser: `open` a URL (returns its text), `type` text into the \
-element a CSS `selector` finds, `click` one, `extract` the text of the page or a selector, \
-take a `screenshot`. The page stays open for the rest of this turn.",
+    element a CSS `selector` finds, `click` one, `extract` the text of the page or a selector, \
+    take a `screenshot`. The page stays open for the rest of this turn.",
         class: Network,
         category: External,
         parameters: json!({"type": "object", "properties": {
@@ -405,10 +405,6 @@ take a `screenshot`. The page stays open for the rest of this turn.",
             "text": {"type": "string"}
         }, "required": ["action"]}),
     }
-
-
-
-
 
     /// One page per turn: actions happen in order.
     fn parallel_safe(&self) -> bool {

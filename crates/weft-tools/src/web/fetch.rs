@@ -189,10 +189,6 @@ impl Tool for FetchUrl {
         }, "required": ["url"]}),
     }
 
-
-
-
-
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let url = args
             .get("url")

@@ -151,7 +151,10 @@ fn target_of(head: &Head) -> Result<(String, u16), String> {
     }
     .map_err(|_| format!("not a target the proxy takes: {}", head.target))?;
     if !head.method.eq_ignore_ascii_case("CONNECT") && !matches!(url.scheme(), "http" | "ws") {
-        return Err(format!("only http through the proxy, not {}:", url.scheme()));
+        return Err(format!(
+            "only http through the proxy, not {}:",
+            url.scheme()
+        ));
     }
     let host = url.host_str().ok_or("the target has no host")?.to_owned();
     let port = url
@@ -197,7 +200,8 @@ fn origin_form(head: &Head) -> std::io::Result<Vec<u8>> {
 /// The first of the checked addresses that answers.
 async fn connect(addrs: &[SocketAddr]) -> Option<TcpStream> {
     for addr in addrs {
-        if let Ok(Ok(stream)) = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
+        if let Ok(Ok(stream)) =
+            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
         {
             return Some(stream);
         }

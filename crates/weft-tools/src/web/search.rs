@@ -146,10 +146,6 @@ impl Tool for WebSearch {
         }, "required": ["query"]}),
     }
 
-
-
-
-
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let query = args
             .get("query")

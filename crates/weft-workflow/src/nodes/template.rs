@@ -39,7 +39,10 @@ impl NodeType for Template {
         })
         .await
         .map_err(|e| format!("template: the render failed: {e}"))??;
-        Ok(Ports::from_iter([("text".to_owned(), Value::String(rendered))]))
+        Ok(Ports::from_iter([(
+            "text".to_owned(),
+            Value::String(rendered),
+        )]))
     }
 }
 
@@ -105,7 +108,8 @@ mod tests {
             render("Hi {{ name }}", json!({"name": "Ada"}), 10_000, 100).unwrap(),
             "Hi Ada"
         );
-        let nested = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let nested =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
         let e = render(nested, json!({}), 1_000_000, 1 << 20).unwrap_err();
         assert!(e.contains("more work than allowed"), "{e}");
         let long = "{% for i in range(100000) %}xxxxxxxxxx{% endfor %}";

@@ -1,0 +1,300 @@
+//! Real `weft serve` replicas on one PostgreSQL database and a real `nats-server`: a client
+//! of one replica follows, answers, re-moded, stops and deletes a turn another replica runs;
+//! a message to a thread busy elsewhere is refused as on one replica; a follower whose owner
+//! dies gets the stored answer once the turn is closed; a replica told to stop (`SIGTERM`)
+//! closes its sockets with 1012 and `weft chat` resumes through another replica.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{chat, is_done, recv, send, until, Balancer, Db, Nats, Server, Ws, NO_USER_LIMITS};
+use tokio::io::AsyncBufReadExt;
+use weft_store::Store;
+
+/// A replica named `id` on `nats`, with short leases.
+async fn replica(db: &Db, nats: &Nats, script: &Value, id: &str) -> Server {
+    let config = format!(
+        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 1500\nheartbeat_ms = 250\n",
+        nats.url
+    );
+    Server::start_with(db, script, &config).await
+}
+
+/// Each turn writes a file (asking first in Default mode), then says so.
+fn write_script() -> Value {
+    let write = json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]});
+    json!({"conversations": [{"match": "*", "steps": [
+        write, {"text": "written"}, write, {"text": "written", "repeat": true}]}]})
+}
+
+/// A's client starts a turn that waits for an approval: its thread and the call's id.
+async fn waiting_turn(ws: &mut Ws, content: &str, thread: Option<&str>) -> (String, Value) {
+    send(ws, chat(content, thread)).await;
+    let frames = until(ws, |f| f["type"] == "tool_approval_request").await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    (thread, frames.last().unwrap()["tool_call_id"].clone())
+}
+
+fn completed(frames: &[Value]) -> bool {
+    frames
+        .iter()
+        .any(|f| f["type"] == "message" && f["message"]["status"] == "completed")
+}
+
+async fn newest_status(store: &Store, thread: &str) -> String {
+    let messages = store.messages(thread).await.unwrap();
+    messages.last().unwrap().status.clone()
+}
+
+#[tokio::test]
+async fn a_client_of_any_replica_follows_answers_and_redirects_a_turn_another_runs() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = write_script();
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let health = b.get("/healthz").await;
+    assert_eq!(health["bus"], "connected", "{health}");
+    let mut on_a = a.connect().await;
+    let (thread, call) = waiting_turn(&mut on_a, "write it", None).await;
+
+    // Through B: a new message to the busy thread is refused as on one replica…
+    let mut on_b = b.connect().await;
+    send(&mut on_b, chat("me too", Some(&thread))).await;
+    let refused = recv(&mut on_b).await;
+    assert_eq!(
+        (refused["type"].as_str(), refused["code"].as_str()),
+        (Some("error"), Some("turn_in_progress")),
+        "{refused}"
+    );
+    // …resuming replays the turn from A (its approval request too) and follows it live…
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    let replayed = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    assert_eq!(replayed[0]["type"], "turn_started", "{replayed:?}");
+    assert_eq!(replayed.last().unwrap()["tool_call_id"], call);
+    // …and the answer given there reaches A's turn: both clients see it finish.
+    send(
+        &mut on_b,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    let on_b_frames = until(&mut on_b, is_done).await;
+    let on_a_frames = until(&mut on_a, is_done).await;
+    assert!(completed(&on_a_frames), "{on_a_frames:?}");
+    assert!(completed(&on_b_frames), "{on_b_frames:?}");
+    let seqs: Vec<u64> = replayed
+        .iter()
+        .chain(&on_b_frames)
+        .filter_map(|f| f["seq"].as_u64())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "followed frames keep the owner's order: {seqs:?}"
+    );
+    assert_eq!(newest_status(&store, &thread).await, "completed");
+
+    // A second turn on A; B switches the thread to Auto, which releases A's pending call.
+    let (_, _) = waiting_turn(&mut on_a, "write it again", Some(&thread)).await;
+    send(
+        &mut on_b,
+        json!({"command": "set_permission_mode", "data": {"thread_id": thread, "permission_mode": "auto"}}),
+    )
+    .await;
+    let on_a_frames = until(&mut on_a, is_done).await;
+    assert!(completed(&on_a_frames), "{on_a_frames:?}");
+    assert_eq!(
+        store
+            .thread(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .permission_mode,
+        "auto"
+    );
+    let metrics = reqwest::get(format!("http://{}/metrics", a.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !metrics.contains("weft_bus_published_total 0"),
+        "A published B's follower's frames: {metrics}"
+    );
+    a.stop().await;
+    b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn stop_and_delete_through_another_replica_reach_the_turn() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    // Every model call asks to write: every turn waits for a person.
+    let script = json!({"conversations": [{"match": "*", "steps": [{"repeat": true, "tool_calls": [
+        {"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]}]}]});
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let mut on_a = a.connect().await;
+    let (thread, _) = waiting_turn(&mut on_a, "write it", None).await;
+
+    let mut on_b = b.connect().await;
+    send(
+        &mut on_b,
+        json!({"command": "stop", "data": {"thread_id": thread}}),
+    )
+    .await;
+    until(&mut on_a, is_done).await;
+    assert_eq!(newest_status(&store, &thread).await, "cancelled");
+
+    // DELETE through B while A's next turn waits: the turn stops, the thread is gone.
+    waiting_turn(&mut on_a, "write it again", Some(&thread)).await;
+    let deleted = reqwest::Client::new()
+        .delete(format!("http://{}/threads/{thread}", b.addr))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(deleted.as_u16(), 204);
+    until(&mut on_a, is_done).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        store.thread(&thread).await.unwrap().is_none(),
+        "a stopped turn's last write brought it back"
+    );
+    a.stop().await;
+    b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_follower_whose_owner_dies_gets_the_stored_answer() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = write_script();
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let mut on_a = a.connect().await;
+    let (thread, _) = waiting_turn(&mut on_a, "write it", None).await;
+    let mut on_b = b.connect().await;
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+
+    let killed = Instant::now();
+    a.kill().await;
+    let frames = until(&mut on_b, is_done).await;
+    eprintln!(
+        "the follower's turn ended {} ms after its owner died",
+        killed.elapsed().as_millis()
+    );
+    let message = frames
+        .iter()
+        .find(|f| f["type"] == "message")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(message["message"]["status"], "interrupted", "{message}");
+    assert_eq!(newest_status(&store, &thread).await, "interrupted");
+
+    // The thread goes on through B.
+    send(&mut on_b, json!({"command": "chat_message", "data": {"content": "again", "thread_id": thread, "permission_mode": "auto"}})).await;
+    assert!(completed(&until(&mut on_b, is_done).await));
+    b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn sigterm_closes_with_1012_and_weft_chat_resumes_through_another_replica() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    // A read, then a slow second round: the turn is mid-way when its replica gets SIGTERM.
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": "first part. ", "tool_calls": [{"name": "memory_list", "arguments": {}}]},
+        {"delay_ms": 2_000, "text": "second part."}]}]});
+    let config = |id: &str| {
+        format!(
+            "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n\
+             [server]\nmax_sockets_per_user = 0\nshutdown_timeout_ms = 20000\n\
+             [cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 1500\nheartbeat_ms = 250\n",
+            nats.url
+        )
+    };
+    let a = Server::start_with(&db, &script, &config("a")).await;
+    let b = Server::start_with(&db, &script, &config("b")).await;
+    let balancer = Balancer::start(&a.addr).await;
+
+    let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["chat", "--url", &format!("http://{}", balancer.addr), "go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = chat.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut shown = String::new();
+    while !shown.contains("└─ memory_list") {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_or_else(|| panic!("weft chat ended early: {shown}"));
+        shown.push_str(&line);
+        shown.push('\n');
+    }
+
+    // A deploy: new connections go to B, A is told to stop.
+    balancer.route_to(&b.addr);
+    a.signal("TERM");
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+    {
+        shown.push_str(&line);
+        shown.push('\n');
+    }
+    let out = chat.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{shown}\n{stderr}");
+    assert!(
+        stderr.contains("1012"),
+        "closed as a service restart: {stderr}"
+    );
+    assert!(shown.contains("second part."), "{shown}\n{stderr}");
+    assert_eq!(
+        shown.matches("first part.").count(),
+        1,
+        "resumed after what was shown, not from the start: {shown}"
+    );
+    let thread = store.threads_of("local").await.unwrap()[0].id.clone();
+    let message = store
+        .last_assistant_message(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.status, "completed");
+    b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}

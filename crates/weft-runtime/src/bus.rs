@@ -1,0 +1,342 @@
+//! The bus between replicas (NATS core request/reply and pub/sub). Each replica answers
+//! [`Command`]s on its own subject (`weft.replica.<id>`); a command for a thread whose turn
+//! runs elsewhere goes to the replica holding the turn's lease. A client following such a
+//! turn gets its frames on an inbox of its own replica: the owner subscribes a [`BusSink`] to
+//! the thread, which publishes the replay, then each live frame, as encoded once for sockets.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use weft_protocol::{ApprovalDecision, ErrorCode, PermissionMode};
+
+use crate::error::Refusal;
+use crate::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
+use crate::metrics::Metrics;
+
+/// How long a command waits for the owner's answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A command for the replica that runs a thread's turn, on behalf of `user`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Command {
+    Stop {
+        user: String,
+        thread_id: String,
+        /// Answer once the turn has ended and its last write landed (before a delete).
+        wait: bool,
+    },
+    SetMode {
+        user: String,
+        thread_id: String,
+        mode: PermissionMode,
+    },
+    Approval {
+        user: String,
+        tool_call_id: String,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    },
+    /// Send what the client missed after `last_seq`, then the turn live, to `inbox`.
+    Follow {
+        user: String,
+        thread_id: String,
+        last_seq: u64,
+        inbox: String,
+    },
+}
+
+/// Carries out commands other replicas send (the runtime).
+#[async_trait::async_trait]
+pub trait CommandHandler: Send + Sync {
+    async fn handle(&self, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal>;
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Answer {
+    error: Option<(ErrorCode, String)>,
+}
+
+/// This replica's connection to the others.
+pub struct Bus {
+    client: async_nats::Client,
+    replica_id: String,
+    metrics: Arc<Metrics>,
+}
+
+fn subject(replica: &str) -> String {
+    format!("weft.replica.{replica}")
+}
+
+impl Bus {
+    pub async fn connect(
+        url: &str,
+        replica_id: &str,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Bus>, String> {
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("weft {replica_id}"))
+            .connect(url)
+            .await
+            .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
+        Ok(Arc::new(Bus {
+            client,
+            replica_id: replica_id.to_owned(),
+            metrics,
+        }))
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Answer the commands other replicas send this one, until the handler goes.
+    pub async fn serve(self: &Arc<Self>, handler: Weak<dyn CommandHandler>) -> Result<(), String> {
+        let mut commands = self
+            .client
+            .subscribe(subject(&self.replica_id))
+            .await
+            .map_err(|e| format!("cannot subscribe to this replica's commands: {e}"))?;
+        // Subscribed before start-up goes on: no command sent after it is missed.
+        self.client.flush().await.map_err(|e| e.to_string())?;
+        let bus = self.clone();
+        tokio::spawn(async move {
+            while let Some(message) = commands.next().await {
+                let Some(handler) = handler.upgrade() else {
+                    return;
+                };
+                let Some(reply) = message.reply else {
+                    continue;
+                };
+                let bus = bus.clone();
+                tokio::spawn(async move {
+                    let done = match serde_json::from_slice::<Command>(&message.payload) {
+                        Ok(command) => handler.handle(&bus, command).await,
+                        Err(e) => Err(Refusal::invalid(format!("a bad bus command: {e}"))),
+                    };
+                    let answer = Answer {
+                        error: done.err().map(|r| (r.code, r.message)),
+                    };
+                    let body = serde_json::to_vec(&answer).unwrap_or_default();
+                    if let Err(e) = bus.client.publish(reply, body.into()).await {
+                        tracing::warn!(error = %e, "cannot answer a bus command");
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+
+    /// Push out what was published (at shutdown, after the last turn's final frames).
+    pub async fn flush(&self) {
+        tokio::task::yield_now().await;
+        if let Err(e) = self.client.flush().await {
+            tracing::warn!(error = %e, "cannot flush the bus");
+        }
+    }
+
+    /// Send `command` to `replica` and wait for its answer (its refusal, as its own).
+    pub async fn request(&self, replica: &str, command: &Command) -> Result<(), Refusal> {
+        let started = Instant::now();
+        let body = serde_json::to_vec(command).map_err(Refusal::internal)?;
+        let asked = self.client.request(subject(replica), body.into());
+        let answered = tokio::time::timeout(REQUEST_TIMEOUT, asked).await;
+        self.metrics
+            .bus_request_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let message = match answered {
+            Ok(Ok(message)) => message,
+            Ok(Err(e)) => {
+                return Err(unavailable(format!(
+                    "replica {replica} did not answer: {e}"
+                )))
+            }
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "replica {replica} did not answer in time"
+                )))
+            }
+        };
+        let answer: Answer = serde_json::from_slice(&message.payload).map_err(Refusal::internal)?;
+        match answer.error {
+            None => Ok(()),
+            Some((code, message)) => Err(Refusal::new(code, message)),
+        }
+    }
+
+    /// A fresh inbox to receive a followed turn's frames on, subscribed before it is named
+    /// to the owner.
+    pub async fn inbox(&self) -> Result<(String, BusFrames), Refusal> {
+        let inbox = self.client.new_inbox();
+        let frames = self
+            .client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(Refusal::internal)?;
+        Ok((inbox, BusFrames { frames }))
+    }
+
+    /// The sink that publishes a followed turn's frames to `inbox`; it lets at most `limit`
+    /// bytes wait (a follower that falls further behind is dropped, as a slow socket is).
+    pub fn sink(self: &Arc<Self>, id: SubscriberId, inbox: String, limit: usize) -> Arc<BusSink> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let taken = queued.clone();
+        let bus = self.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = rx.recv().await {
+                taken.fetch_sub(frame.len(), Ordering::Relaxed);
+                bus.metrics.bus_published.inc();
+                if let Err(e) = bus.client.publish(inbox.clone(), frame).await {
+                    tracing::warn!(error = %e, "cannot publish a followed turn's frame");
+                    return;
+                }
+            }
+        });
+        Arc::new(BusSink {
+            id,
+            tx,
+            queued,
+            limit,
+            ended: AtomicBool::new(false),
+        })
+    }
+}
+
+fn unavailable(message: String) -> Refusal {
+    tracing::warn!("{message}");
+    Refusal::new(
+        ErrorCode::Internal,
+        "the replica running this thread's turn did not answer; try again",
+    )
+}
+
+/// A followed turn's frames as they arrive from its owner.
+pub struct BusFrames {
+    frames: async_nats::Subscriber,
+}
+
+/// One frame from the owner: encoded as it was there, and whether it ends the turn.
+pub struct FollowedFrame {
+    pub frame: Arc<SharedFrame>,
+    pub ends_turn: bool,
+}
+
+impl BusFrames {
+    /// The next frame, `None` when none came within `wait` (or the bus closed).
+    pub async fn next(&mut self, wait: Duration) -> Option<FollowedFrame> {
+        let message = tokio::time::timeout(wait, self.frames.next())
+            .await
+            .ok()??;
+        let head: FrameHead = serde_json::from_slice(&message.payload).unwrap_or_default();
+        Some(FollowedFrame {
+            ends_turn: head.ends_turn(),
+            frame: SharedFrame::from_json(head.seq, message.payload),
+        })
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.frames.unsubscribe().await;
+    }
+}
+
+/// What a follower reads of each frame: its `seq`, and whether it ends the turn.
+#[derive(Debug, Default, Deserialize)]
+struct FrameHead {
+    #[serde(rename = "type", default)]
+    kind: String,
+    seq: Option<u64>,
+    #[serde(default)]
+    done: bool,
+    #[serde(default)]
+    depth: u32,
+}
+
+impl FrameHead {
+    fn ends_turn(&self) -> bool {
+        self.kind == "chunk" && self.done && self.depth == 0
+    }
+}
+
+/// A follower on another replica: frames go out on its inbox, in order.
+pub struct BusSink {
+    id: SubscriberId,
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: Arc<AtomicUsize>,
+    limit: usize,
+    /// Set after the turn's final chunk: the follower needs nothing more.
+    ended: AtomicBool,
+}
+
+impl FrameSink for BusSink {
+    fn id(&self) -> SubscriberId {
+        self.id
+    }
+
+    fn send(&self, out: Outgoing<'_>) -> bool {
+        if self.ended.load(Ordering::Relaxed) {
+            return false;
+        }
+        let bytes = out.frame.json_bytes();
+        let before = self.queued.fetch_add(bytes.len(), Ordering::Relaxed);
+        if before > 0 && before + bytes.len() > self.limit {
+            return false;
+        }
+        let ends = match out.event {
+            Some(event) => matches!(
+                event,
+                weft_protocol::ServerEvent::Chunk {
+                    done: true,
+                    depth: 0,
+                    ..
+                }
+            ),
+            None => serde_json::from_slice::<FrameHead>(&bytes)
+                .unwrap_or_default()
+                .ends_turn(),
+        };
+        if ends {
+            self.ended.store(true, Ordering::Relaxed);
+        }
+        self.tx.send(bytes).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_cross_the_bus_unchanged() {
+        let command = Command::Approval {
+            user: "alice".into(),
+            tool_call_id: "call_1".into(),
+            decision: ApprovalDecision::Deny,
+            reason: Some("not now".into()),
+        };
+        let text = serde_json::to_string(&command).unwrap_or_default();
+        assert!(text.contains("\"op\":\"approval\""), "{text}");
+        let back: Command = serde_json::from_str(&text).unwrap_or(Command::Stop {
+            user: String::new(),
+            thread_id: String::new(),
+            wait: false,
+        });
+        assert_eq!(back, command);
+    }
+
+    #[test]
+    fn only_the_top_level_final_chunk_ends_a_followed_turn() {
+        let head = |json: &str| serde_json::from_str::<FrameHead>(json).unwrap_or_default();
+        assert!(head(r#"{"type":"chunk","content":"","done":true,"depth":0,"seq":9}"#).ends_turn());
+        assert!(
+            !head(r#"{"type":"chunk","content":"","done":true,"depth":1,"seq":9}"#).ends_turn()
+        );
+        assert!(!head(r#"{"type":"chunk","content":"x","done":false,"seq":9}"#).ends_turn());
+        assert!(!head(r#"{"type":"turn_started","seq":1}"#).ends_turn());
+    }
+}

@@ -1,0 +1,240 @@
+//! This replica's turn leases: every turn it runs holds one in the database, renewed by a
+//! heartbeat; a turn whose lease could not be renewed in time stops at its next step and
+//! writes nothing more (the writer's fence refuses it too). The heartbeat itself is in
+//! `recovery`, which also closes the turns dead replicas left.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use weft_store::{now_ms, LeaseRow, Store, WriteOp};
+
+use crate::metrics::Metrics;
+
+/// `[cluster]`: how replicas sharing one database divide the turns.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct ClusterConfig {
+    /// The NATS server replicas talk through (empty: one process, nothing crosses).
+    pub nats_url: String,
+    /// This replica's name, unique among live replicas (empty: host name, process id and a
+    /// random suffix). A replica restarted under the same name closes the turns its former
+    /// life left at once instead of waiting for their leases to expire.
+    pub replica_id: String,
+    /// How long a turn's lease lasts without renewal; a dead replica's turns are closed this
+    /// long after its last heartbeat.
+    pub lease_ms: u64,
+    /// How often leases are renewed (and dead replicas' turns looked for).
+    pub heartbeat_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            nats_url: String::new(),
+            replica_id: String::new(),
+            lease_ms: 10_000,
+            heartbeat_ms: 2_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_ms == 0 || self.lease_ms < 2 * self.heartbeat_ms {
+            return Err(format!(
+                "cluster.lease_ms ({}) must be at least twice cluster.heartbeat_ms ({}), which must not be 0",
+                self.lease_ms, self.heartbeat_ms
+            ));
+        }
+        if !self.replica_id.is_empty() && !weft_protocol::is_identifier(&self.replica_id) {
+            return Err(format!(
+                "cluster.replica_id {:?} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+                weft_protocol::clip(&self.replica_id, 64)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configured id, or one made of the host name, the process id and a random suffix.
+    pub fn replica_id(&self) -> String {
+        if !self.replica_id.is_empty() {
+            return self.replica_id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| weft_protocol::is_identifier(h))
+            .unwrap_or_else(|| "weft".to_owned());
+        let random = weft_store::new_id();
+        format!("{host}-{}-{}", std::process::id(), &random[..8])
+    }
+}
+
+/// The lease of one turn this replica runs.
+pub struct TurnLease {
+    pub message_id: String,
+    pub owner: Arc<str>,
+    /// Past this instant the lease may have expired in the database: the turn must not go on.
+    valid_until: Mutex<Instant>,
+    /// Stops the turn when the lease is lost.
+    cancel: CancellationToken,
+    /// Set once the loss was noticed (and counted).
+    lost: std::sync::atomic::AtomicBool,
+    lost_count: prometheus_client::metrics::counter::Counter,
+}
+
+impl TurnLease {
+    /// Whether this replica still surely holds the lease (by its own monotonic clock, which
+    /// keeps running while the process is stopped).
+    pub fn held(&self) -> bool {
+        Instant::now() < *self.valid_until.lock()
+    }
+
+    /// Whether the lease is still held; when it is not, the turn is stopped (once). Called
+    /// before each step that writes or acts.
+    pub fn check(&self) -> bool {
+        if self.held() {
+            return true;
+        }
+        if !self.lost.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(message = %self.message_id, replica = %self.owner, "lost a turn's lease; stopping the turn");
+            self.lost_count.inc();
+            self.cancel.cancel();
+        }
+        false
+    }
+
+    /// The op that makes a write commit only while the lease is held.
+    pub fn fence(&self) -> WriteOp {
+        WriteOp::Fence {
+            message_id: self.message_id.clone(),
+            owner: self.owner.to_string(),
+        }
+    }
+}
+
+/// This replica's leases, and the heartbeat that keeps them.
+pub struct Leases {
+    owner: Arc<str>,
+    lease: Duration,
+    heartbeat: Duration,
+    live: Mutex<HashMap<String, Arc<TurnLease>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Leases {
+    pub fn new(config: &ClusterConfig, metrics: Arc<Metrics>) -> Arc<Leases> {
+        Arc::new(Leases {
+            owner: config.replica_id().into(),
+            lease: Duration::from_millis(config.lease_ms),
+            heartbeat: Duration::from_millis(config.heartbeat_ms),
+            live: Mutex::default(),
+            metrics,
+        })
+    }
+
+    /// How often the heartbeat runs.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+
+    pub fn replica_id(&self) -> &str {
+        &self.owner
+    }
+
+    /// How many turns this replica runs now.
+    pub fn held(&self) -> usize {
+        self.live.lock().len()
+    }
+
+    /// A lease for a turn about to start: its row goes into the turn's first write.
+    pub fn take(&self, message_id: &str, cancel: CancellationToken) -> (Arc<TurnLease>, WriteOp) {
+        let started = Instant::now();
+        let lease = Arc::new(TurnLease {
+            message_id: message_id.to_owned(),
+            owner: self.owner.clone(),
+            valid_until: Mutex::new(started + self.lease),
+            cancel,
+            lost: Default::default(),
+            lost_count: self.metrics.leases_lost.clone(),
+        });
+        let row = WriteOp::Lease(LeaseRow {
+            message_id: message_id.to_owned(),
+            owner: self.owner.to_string(),
+            expires_at: now_ms() + self.lease_millis(),
+        });
+        self.live
+            .lock()
+            .insert(message_id.to_owned(), lease.clone());
+        self.metrics.leases_held.inc();
+        (lease, row)
+    }
+
+    /// The turn ended (its end write removed the row, or it lost the lease).
+    pub fn release(&self, message_id: &str) {
+        if self.live.lock().remove(message_id).is_some() {
+            self.metrics.leases_held.dec();
+        }
+    }
+
+    fn lease_millis(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Renew every lease; a lease not renewed before its local deadline is lost.
+    pub async fn renew(&self, store: &Store) {
+        let started = Instant::now();
+        match store
+            .renew_leases(&self.owner, now_ms() + self.lease_millis())
+            .await
+        {
+            Ok(renewed) => {
+                let live = self.live.lock();
+                for id in renewed {
+                    if let Some(lease) = live.get(&id) {
+                        *lease.valid_until.lock() = started + self.lease;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot renew this replica's turn leases"),
+        }
+        // A turn waiting (for a person, a slow model) stops now rather than at its next step.
+        let live: Vec<Arc<TurnLease>> = self.live.lock().values().cloned().collect();
+        for lease in live {
+            lease.check();
+        }
+    }
+
+    /// Whether this replica runs `message_id` now (the sweep leaves such turns to stop on
+    /// their own).
+    pub fn is_live(&self, message_id: &str) -> bool {
+        self.live.lock().contains_key(message_id)
+    }
+
+    /// Take the lease of an orphaned turn to close it; `false` if someone else did.
+    pub async fn take_orphan(
+        &self,
+        store: &Store,
+        message_id: &str,
+        now: i64,
+        former: Option<&str>,
+    ) -> weft_store::Result<bool> {
+        let taken = store
+            .take_lease(
+                message_id,
+                &self.owner,
+                now_ms() + self.lease_millis(),
+                now,
+                former,
+            )
+            .await?;
+        if taken {
+            self.metrics.leases_taken.inc();
+        }
+        Ok(taken)
+    }
+}

@@ -1,0 +1,158 @@
+//! Turns another replica runs (only with a bus): finding the replica that holds a thread's
+//! turn, following that turn for a client of this replica, and carrying out the commands
+//! other replicas send for the turns this one runs.
+
+use std::sync::Arc;
+
+use weft_store::now_ms;
+
+use crate::bus::{Bus, Command, CommandHandler};
+use crate::error::Refusal;
+use crate::frame::{FrameSink, Outgoing};
+use crate::runtime::Runtime;
+use crate::threads::ThreadRuntime;
+
+/// The replica running a thread's turn, when it is another one.
+pub(crate) struct RemoteTurn {
+    pub bus: Arc<Bus>,
+    pub replica: String,
+}
+
+impl RemoteTurn {
+    pub async fn send(&self, command: Command) -> Result<(), Refusal> {
+        self.bus.request(&self.replica, &command).await
+    }
+}
+
+impl Runtime {
+    /// The replica that runs `thread_id`'s turn, when a bus is configured, no turn of the
+    /// thread runs here, and another replica holds a live lease on one.
+    pub(crate) async fn remote_turn(&self, thread_id: &str) -> Result<Option<RemoteTurn>, Refusal> {
+        let Some(bus) = &self.bus else {
+            return Ok(None);
+        };
+        if self.hub.get(thread_id).is_some_and(|t| t.is_active()) {
+            return Ok(None);
+        }
+        let owner = self
+            .store
+            .turn_owner(thread_id, now_ms())
+            .await
+            .map_err(Refusal::internal)?;
+        Ok(owner
+            .filter(|owner| owner != self.leases.replica_id())
+            .map(|replica| RemoteTurn {
+                bus: bus.clone(),
+                replica,
+            }))
+    }
+
+    /// Follow a turn `remote` runs for `sink`: what it missed after `last_seq` and then the
+    /// turn live, relayed from the owner until the turn's final chunk. Should the owner go
+    /// quiet and lose the turn (it died), the stored answer ends it instead.
+    pub(crate) async fn follow(
+        self: &Arc<Self>,
+        remote: RemoteTurn,
+        user: &str,
+        thread: Arc<ThreadRuntime>,
+        last_seq: u64,
+        sink: Arc<dyn FrameSink>,
+    ) -> Result<(), Refusal> {
+        let (inbox, mut frames) = remote.bus.inbox().await?;
+        let asked = remote
+            .send(Command::Follow {
+                user: user.to_owned(),
+                thread_id: thread.id.to_string(),
+                last_seq,
+                inbox,
+            })
+            .await;
+        if let Err(refusal) = asked {
+            frames.close().await;
+            return Err(refusal);
+        }
+        // Turns that start here later reach this follower as any subscriber's would.
+        thread.subscribe(sink.clone());
+        let quiet = self.leases.heartbeat() * 2;
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            let mut seen = last_seq;
+            loop {
+                match frames.next(quiet).await {
+                    Some(followed) => {
+                        seen = followed.frame.seq.unwrap_or(seen).max(seen);
+                        let out = Outgoing {
+                            frame: &followed.frame,
+                            event: None,
+                        };
+                        if !sink.send(out) || followed.ends_turn {
+                            break;
+                        }
+                    }
+                    None => {
+                        if !runtime.still_runs_elsewhere(&thread.id).await {
+                            if let Err(e) = runtime
+                                .answer_from_store(&thread, sink.as_ref(), seen)
+                                .await
+                            {
+                                tracing::warn!(error = %e.message, "cannot end a followed turn");
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            frames.close().await;
+        });
+        Ok(())
+    }
+
+    /// Whether the followed turn may still go on: another replica holds its lease, or its
+    /// message is still `running` (a dead owner's turn, until a sweep closes it).
+    async fn still_runs_elsewhere(&self, thread_id: &str) -> bool {
+        match self.store.turn_owner(thread_id, now_ms()).await {
+            Ok(Some(owner)) => return owner != self.leases.replica_id(),
+            Ok(None) => {}
+            // Cannot tell: keep following.
+            Err(_) => return true,
+        }
+        match self.store.last_assistant_message(thread_id).await {
+            Ok(message) => message.is_some_and(|m| m.status == "running"),
+            Err(_) => true,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl CommandHandler for Runtime {
+    async fn handle(&self, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal> {
+        match command {
+            Command::Stop {
+                user,
+                thread_id,
+                wait,
+            } => self.stop_here(&user, &thread_id, wait).await,
+            Command::SetMode {
+                user,
+                thread_id,
+                mode,
+            } => self.set_mode_here(&user, &thread_id, mode).await,
+            Command::Approval {
+                user,
+                tool_call_id,
+                decision,
+                reason,
+            } => self.answer_approval_here(&user, &tool_call_id, decision, reason),
+            Command::Follow {
+                user,
+                thread_id,
+                last_seq,
+                inbox,
+            } => {
+                let limit = self.config.server.max_outbound_bytes;
+                let sink = bus.sink(self.next_subscriber_id(), inbox, limit);
+                self.resume_here(&user, &thread_id, last_seq, sink).await
+            }
+        }
+    }
+}
