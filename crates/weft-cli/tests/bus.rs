@@ -2,7 +2,8 @@
 //! of one replica follows, answers, re-moded, stops and deletes a turn another replica runs;
 //! a message to a thread busy elsewhere is refused as on one replica; a follower whose owner
 //! dies gets the stored answer once the turn is closed; a replica told to stop (`SIGTERM`)
-//! closes its sockets with 1012 and `weft chat` resumes through another replica.
+//! closes its sockets with 1012 and `weft chat` resumes through another replica; with three
+//! replicas, one runs a turn, one follows it and the third answers its approval.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -294,6 +295,45 @@ async fn sigterm_closes_with_1012_and_weft_chat_resumes_through_another_replica(
         .unwrap();
     assert_eq!(message.status, "completed");
     b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn three_replicas_one_runs_the_turn_one_follows_it_one_answers_it() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = write_script();
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let c = replica(&db, &nats, &script, "c").await;
+    let mut on_a = a.connect().await;
+    let (thread, call) = waiting_turn(&mut on_a, "write it", None).await;
+
+    let mut on_b = b.connect().await;
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    let mut on_c = c.connect().await;
+    send(
+        &mut on_c,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    assert!(completed(&until(&mut on_b, is_done).await));
+    assert!(completed(&until(&mut on_a, is_done).await));
+    assert_eq!(newest_status(&store, &thread).await, "completed");
+    // C answered and sent nothing else: its socket got no error.
+    send(&mut on_c, json!({"type": "ping"})).await;
+    assert_eq!(recv(&mut on_c).await["type"], "pong");
+    for replica in [a, b, c] {
+        replica.stop().await;
+    }
     nats.stop().await;
     store.close().await;
     db.drop_database().await;

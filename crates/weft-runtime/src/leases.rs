@@ -80,6 +80,9 @@ pub struct TurnLease {
     pub owner: Arc<str>,
     /// Past this instant the lease may have expired in the database: the turn must not go on.
     valid_until: Mutex<Instant>,
+    /// Whether its writes carry a fence (not on SQLite: one process per database file, so
+    /// no other replica can take the lease).
+    fenced: bool,
     /// Stops the turn when the lease is lost.
     cancel: CancellationToken,
     /// Set once the loss was noticed (and counted).
@@ -108,18 +111,20 @@ impl TurnLease {
         false
     }
 
-    /// The op that makes a write commit only while the lease is held.
-    pub fn fence(&self) -> WriteOp {
-        WriteOp::Fence {
+    /// The op that makes a write commit only while the lease is held (none where no other
+    /// process can take it).
+    pub fn fence(&self) -> Option<WriteOp> {
+        self.fenced.then(|| WriteOp::Fence {
             message_id: self.message_id.clone(),
             owner: self.owner.to_string(),
-        }
+        })
     }
 }
 
 /// This replica's leases, and the heartbeat that keeps them.
 pub struct Leases {
     owner: Arc<str>,
+    fenced: bool,
     lease: Duration,
     heartbeat: Duration,
     live: Mutex<HashMap<String, Arc<TurnLease>>>,
@@ -127,9 +132,12 @@ pub struct Leases {
 }
 
 impl Leases {
-    pub fn new(config: &ClusterConfig, metrics: Arc<Metrics>) -> Arc<Leases> {
+    /// `fenced`: whether other processes share the database (PostgreSQL), so every write of
+    /// a turn must check its lease.
+    pub fn new(config: &ClusterConfig, metrics: Arc<Metrics>, fenced: bool) -> Arc<Leases> {
         Arc::new(Leases {
             owner: config.replica_id().into(),
+            fenced,
             lease: Duration::from_millis(config.lease_ms),
             heartbeat: Duration::from_millis(config.heartbeat_ms),
             live: Mutex::default(),
@@ -158,6 +166,7 @@ impl Leases {
             message_id: message_id.to_owned(),
             owner: self.owner.clone(),
             valid_until: Mutex::new(started + self.lease),
+            fenced: self.fenced,
             cancel,
             lost: Default::default(),
             lost_count: self.metrics.leases_lost.clone(),

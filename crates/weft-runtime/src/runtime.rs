@@ -127,7 +127,8 @@ impl Runtime {
     ) -> Result<Arc<Runtime>, StartupError> {
         let metrics = Arc::new(Metrics::default());
         store.observe_writes(metrics.clone());
-        let leases = Leases::new(&config.cluster, metrics.clone());
+        let fenced = store.backend() == weft_store::Backend::Postgres;
+        let leases = Leases::new(&config.cluster, metrics.clone(), fenced);
         let closed = close_orphaned_turns(&store, &leases, Sweep::Startup).await?;
         if closed > 0 {
             tracing::warn!(closed, "closed turns left unfinished");

@@ -116,7 +116,9 @@ impl TurnLog {
                     .get_or_insert_with(|| LEASE_LOST.to_owned());
                 return;
             }
-            ops.insert(0, self.lease.fence());
+            if let Some(fence) = self.lease.fence() {
+                ops.insert(0, fence);
+            }
             state.in_flight = true;
             ops
         };

@@ -296,7 +296,7 @@ impl TurnTask {
             self.publish_done();
             return;
         }
-        let mut ops = vec![self.lease.fence()];
+        let mut ops: Vec<WriteOp> = self.lease.fence().into_iter().collect();
         ops.extend(self.log.take_held());
         ops.push(op);
         let saved = self.runtime.store.write(WriteOp::Many(ops)).await;
