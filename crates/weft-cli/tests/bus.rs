@@ -212,10 +212,18 @@ async fn a_follower_whose_owner_dies_gets_the_stored_answer() {
         .unwrap_or_else(|| panic!("{frames:?}"));
     assert_eq!(message["message"]["status"], "interrupted", "{message}");
     assert_eq!(newest_status(&store, &thread).await, "interrupted");
+    let last_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
 
-    // The thread goes on through B.
+    // The thread goes on through B, its frames after every seq the client saw from A.
     send(&mut on_b, json!({"command": "chat_message", "data": {"content": "again", "thread_id": thread, "permission_mode": "auto"}})).await;
-    assert!(completed(&until(&mut on_b, is_done).await));
+    let frames = until(&mut on_b, is_done).await;
+    assert!(completed(&frames));
+    let first = frames.iter().find_map(|f| f["seq"].as_u64()).unwrap();
+    assert!(first > last_seq, "seq {first} after {last_seq}");
     b.stop().await;
     nats.stop().await;
     store.close().await;
@@ -325,9 +333,21 @@ async fn three_replicas_one_runs_the_turn_one_follows_it_one_answers_it() {
         json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
     )
     .await;
-    assert!(completed(&until(&mut on_b, is_done).await));
+    let followed = until(&mut on_b, is_done).await;
+    assert!(completed(&followed));
     assert!(completed(&until(&mut on_a, is_done).await));
     assert_eq!(newest_status(&store, &thread).await, "completed");
+    // The next turn runs on B: its frames come after every seq B relayed from A.
+    let last_seq = followed
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
+    send(&mut on_b, json!({"command": "chat_message", "data": {"content": "again", "thread_id": thread, "permission_mode": "auto"}})).await;
+    let frames = until(&mut on_b, is_done).await;
+    assert!(completed(&frames), "{frames:?}");
+    let first = frames.iter().find_map(|f| f["seq"].as_u64()).unwrap();
+    assert!(first > last_seq, "seq {first} after {last_seq}");
     // C answered and sent nothing else: its socket got no error.
     send(&mut on_c, json!({"type": "ping"})).await;
     assert_eq!(recv(&mut on_c).await["type"], "pong");

@@ -81,6 +81,7 @@ impl Runtime {
                 match frames.next(quiet).await {
                     Some(followed) => {
                         seen = followed.frame.seq.unwrap_or(seen).max(seen);
+                        thread.seen_elsewhere(seen);
                         let out = Outgoing {
                             frame: &followed.frame,
                             event: None,

@@ -122,6 +122,13 @@ impl ThreadRuntime {
         state.subscribers.retain(|_, sink| sink.send(out));
     }
 
+    /// Frames up to `seq` of this thread went out from another replica (a turn it ran,
+    /// relayed here): the next frame sent from here comes after them.
+    pub fn seen_elsewhere(&self, seq: u64) {
+        let mut state = self.state.lock();
+        state.next_seq = state.next_seq.max(seq + 1);
+    }
+
     /// Send `events` to one subscriber only (not kept for replay), stamped with this thread
     /// and seqs after both the thread's and the client's last one.
     pub fn send_to(&self, sink: &dyn FrameSink, after_seq: u64, events: Vec<ServerEvent>) {
