@@ -3,7 +3,8 @@
 //! a message to a thread busy elsewhere is refused as on one replica; a follower whose owner
 //! dies gets the stored answer once the turn is closed; a replica told to stop (`SIGTERM`)
 //! closes its sockets with 1012 and `weft chat` resumes through another replica; with three
-//! replicas, one runs a turn, one follows it and the third answers its approval.
+//! replicas, one runs a turn, one follows it and the third answers its approval; the prompt
+//! API reads, follows and answers a prompt another replica runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -354,6 +355,68 @@ async fn three_replicas_one_runs_the_turn_one_follows_it_one_answers_it() {
     for replica in [a, b, c] {
         replica.stop().await;
     }
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn the_prompt_api_reads_follows_and_answers_a_prompt_another_replica_runs() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = write_script();
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let http = reqwest::Client::new();
+    // POST /prompt on A answers once the turn waits for its write's approval.
+    let waiting: Value = http
+        .post(format!("http://{}/prompt", a.addr))
+        .json(&json!({"input": "write it"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(waiting["state"], "waiting_for_approval", "{waiting}");
+    let id = waiting["id"].as_str().unwrap().to_owned();
+    let thread = waiting["conversation_id"].as_str().unwrap().to_owned();
+
+    // Through B: read back as waiting, its events followed on A, approved there.
+    let read = b.get(&format!("/prompts/{id}")).await;
+    assert_eq!(read["state"], "waiting_for_approval", "{read}");
+    let events = tokio::spawn(
+        reqwest::get(format!("http://{}/prompts/{id}/events", b.addr))
+            .await
+            .unwrap()
+            .text(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let call = store.approvals(&thread).await.unwrap()[0].id.clone();
+    let answered: Value = http
+        .post(format!("http://{}/prompts/{id}/approve", b.addr))
+        .json(&json!({"tool_call_id": call}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answered["state"], "completed", "{answered}");
+    let text = tokio::time::timeout(Duration::from_secs(20), events)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        text.contains("tool_approval_request"),
+        "replayed from A: {text}"
+    );
+    assert!(text.contains("\"type\":\"message\""), "{text}");
+    assert!(text.contains("\"done\":true"), "{text}");
+    a.stop().await;
+    b.stop().await;
     nats.stop().await;
     store.close().await;
     db.drop_database().await;

@@ -175,7 +175,7 @@ fn documented(text: &str, path: &str) -> bool {
             current = name;
             continue;
         }
-        let assignment = line.trim_start_matches(|c| c == '#' || c == ' ');
+        let assignment = line.trim_start_matches(['#', ' ']);
         let sets_key = assignment
             .strip_prefix(key)
             .is_some_and(|rest| rest.trim_start().starts_with('='));

@@ -3,7 +3,8 @@
 //! `GET /prompts/{id}/events` streams its frames as Server-Sent Events; `POST
 //! /prompts/{id}/approve|reject` answer its pending approval and wait again. A prompt is a
 //! turn of a thread like any other (its id is the assistant message's); its frames come over
-//! a channel, typed.
+//! a channel, typed. Through another replica than the one running it, a prompt reads from the
+//! store, its events follow the turn where it runs, and an answer is sent there.
 
 use super::JsonBody;
 use std::convert::Infallible;
@@ -172,10 +173,19 @@ async fn decide(
     let message = owned_prompt(runtime, &user, &id).await?;
     let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
     if thread.active_message().as_deref() != Some(id.as_str()) {
-        return Err(ApiError::new(
-            ErrorCode::InvalidField,
-            "this prompt is not waiting for an approval",
-        ));
+        if message.status != "running" {
+            return Err(ApiError::new(
+                ErrorCode::InvalidField,
+                "this prompt is not waiting for an approval",
+            ));
+        }
+        // Its turn runs on another replica: the answer goes there; the store says when
+        // the turn has moved on.
+        runtime
+            .answer_approval(&user.id, &body.tool_call_id, decision, body.reason)
+            .await?;
+        moved_on(runtime, &message.thread_id, &id, &body.tool_call_id).await;
+        return answer(runtime, &message.thread_id, &message.id).await;
     }
     // Listen before answering, so nothing that follows is missed.
     let (sink, mut frames) = waiter(runtime);
@@ -188,6 +198,28 @@ async fn decide(
     answer(runtime, &message.thread_id, &message.id).await
 }
 
+/// Until the prompt's turn, run by another replica, has ended or asks another approval than
+/// `answered` (both are committed before the turn's clients hear of them).
+async fn moved_on(runtime: &Runtime, thread_id: &str, message_id: &str, answered: &str) {
+    let store = &runtime.store;
+    loop {
+        let running = store
+            .message(thread_id, message_id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.status == "running");
+        let asking = store
+            .pending_approval_ids(thread_id)
+            .await
+            .is_ok_and(|ids| ids.iter().any(|id| id != answered));
+        if !running || asking {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// `GET /prompts/{id}/events`: the turn's frames so far, then live, until it ends (a
 /// finished prompt: its stored message and the final chunk).
 pub async fn events(
@@ -198,7 +230,8 @@ pub async fn events(
     let runtime = &state.runtime;
     let message = owned_prompt(runtime, &user, &id).await?;
     let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
-    if thread.active_message().as_deref() == Some(id.as_str()) {
+    // Running here, or on another replica (`resume` follows it there).
+    if thread.active_message().as_deref() == Some(id.as_str()) || message.status == "running" {
         let (sink, frames) = channel(runtime);
         runtime
             .resume(&user.id, &message.thread_id, 0, sink)
@@ -294,13 +327,24 @@ async fn answer(runtime: &Runtime, thread_id: &str, message_id: &str) -> Rest<Re
     if let Some(log) = live.as_ref().and_then(|r| r.active_log()) {
         log.settled().await;
     }
-    let waiting = live.is_some_and(|r| !r.gate.pending().is_empty());
     let store = &runtime.store;
     let message = store
         .message(thread_id, message_id)
         .await
         .map_err(ApiError::internal)?
         .ok_or_else(no_prompt)?;
+    let waiting = match &live {
+        Some(thread) => !thread.gate.pending().is_empty(),
+        // Run by another replica: its pending approvals are committed before it asks.
+        None => {
+            message.status == "running"
+                && !store
+                    .pending_approval_ids(thread_id)
+                    .await
+                    .map_err(ApiError::internal)?
+                    .is_empty()
+        }
+    };
     let messages = store
         .messages(thread_id)
         .await
