@@ -18,8 +18,13 @@ use weft_store::Store;
 
 /// A replica named `id` on `nats`, with short leases.
 async fn replica(db: &Db, nats: &Nats, script: &Value, id: &str) -> Server {
+    replica_with(db, nats, script, id, "").await
+}
+
+/// A replica as [`replica`] makes it, with more `[server]` settings.
+async fn replica_with(db: &Db, nats: &Nats, script: &Value, id: &str, server: &str) -> Server {
     let config = format!(
-        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 1500\nheartbeat_ms = 250\n",
+        "{NO_USER_LIMITS}{server}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 1500\nheartbeat_ms = 250\n",
         nats.url
     );
     Server::start_with(db, script, &config).await
@@ -415,6 +420,168 @@ async fn the_prompt_api_reads_follows_and_answers_a_prompt_another_replica_runs(
     );
     assert!(text.contains("\"type\":\"message\""), "{text}");
     assert!(text.contains("\"done\":true"), "{text}");
+    a.stop().await;
+    b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+/// Frames up to the end of a turn that completed (its `message`, then its final chunk);
+/// frames of turns refused or cut before (an `error` and a final chunk) come along.
+async fn until_completed(ws: &mut Ws) -> Vec<Value> {
+    let mut frames: Vec<Value> = Vec::new();
+    loop {
+        let f = recv(ws).await;
+        let end = is_done(&f) && frames.last().is_some_and(|p| p["type"] == "message");
+        frames.push(f);
+        if end {
+            return frames;
+        }
+    }
+}
+
+fn seqs(frames: &[Value]) -> Vec<u64> {
+    frames.iter().filter_map(|f| f["seq"].as_u64()).collect()
+}
+
+#[tokio::test]
+async fn a_client_watching_a_thread_through_one_replica_sees_the_turns_another_starts() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let write = json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]});
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": "one"}, {"text": "two", "delay_ms": 200}, write, {"text": "written", "repeat": true}]}]});
+    let grace = "detach_grace_ms = 300\n";
+    let a = replica_with(&db, &nats, &script, "a", grace).await;
+    let b = replica_with(&db, &nats, &script, "b", grace).await;
+
+    // A first turn through B; its client stays on, watching the thread.
+    let mut on_b = b.connect().await;
+    send(&mut on_b, chat("hi", None)).await;
+    let first = until(&mut on_b, is_done).await;
+    let thread = first[0]["thread_id"].as_str().unwrap().to_owned();
+    let first_last = *seqs(&first).last().unwrap();
+
+    // Another device of the same user, through A, asks again.
+    let mut on_a = a.connect().await;
+    send(&mut on_a, chat("again", Some(&thread))).await;
+    let second = until(&mut on_a, is_done).await;
+    assert!(completed(&second), "{second:?}");
+    assert!(
+        seqs(&second).iter().all(|&s| s > first_last),
+        "a turn another replica runs is numbered after the thread's last: {first_last} then {:?}",
+        seqs(&second)
+    );
+    // B's client saw that turn too, relayed unchanged.
+    let watched = until(&mut on_b, is_done).await;
+    let started = |frames: &[Value]| {
+        frames
+            .iter()
+            .find(|f| f["type"] == "turn_started")
+            .map(|f| f["message_id"].clone())
+    };
+    assert_eq!(started(&watched), started(&second), "{watched:?}");
+    assert!(completed(&watched), "{watched:?}");
+    assert!(seqs(&watched).iter().all(|s| seqs(&second).contains(s)));
+
+    // A third turn, through A, waits for an approval; B's client follows it. A's client
+    // leaves: B's still watches, so the turn goes on past the grace period…
+    send(&mut on_a, chat("write", Some(&thread))).await;
+    until(&mut on_a, |f| f["type"] == "tool_approval_request").await;
+    until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    drop(on_a);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(newest_status(&store, &thread).await, "running");
+    // …until B's client leaves too: A hears of it and stops the turn after the grace period.
+    drop(on_b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while newest_status(&store, &thread).await == "running" {
+        assert!(
+            Instant::now() < deadline,
+            "the turn nobody watches any more still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+    nats.stop().await;
+    store.close().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn two_replicas_never_run_two_turns_of_a_thread_at_once() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": "slow", "delay_ms": 300, "repeat": true}]}]});
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let mut on_a = a.connect().await;
+    send(&mut on_a, chat("first", None)).await;
+    let first = until(&mut on_a, is_done).await;
+    let thread = first[0]["thread_id"].as_str().unwrap().to_owned();
+    // Both clients watch the thread.
+    let mut on_b = b.connect().await;
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    until(&mut on_b, is_done).await;
+
+    let mut last_seen = [*seqs(&first).last().unwrap(), 0];
+    let mut last_turn = last_seen[0];
+    for round in 0..8 {
+        // The same thread, through both replicas, at the same moment.
+        let text = format!("round {round}");
+        tokio::join!(
+            send(&mut on_a, chat(&text, Some(&thread))),
+            send(&mut on_b, chat(&text, Some(&thread)))
+        );
+        let (seen_a, seen_b) = tokio::join!(until_completed(&mut on_a), until_completed(&mut on_b));
+        let both: Vec<&Value> = seen_a.iter().chain(&seen_b).collect();
+        let mut started: Vec<String> = both
+            .iter()
+            .filter(|f| f["type"] == "turn_started")
+            .map(|f| f["message_id"].as_str().unwrap().to_owned())
+            .collect();
+        started.sort();
+        started.dedup();
+        assert_eq!(started.len(), 1, "round {round}: one turn runs: {both:?}");
+        let refused = both
+            .iter()
+            .filter(|f| f["type"] == "error" && f["code"] == "turn_in_progress")
+            .count();
+        assert_eq!(refused, 1, "round {round}: the other is refused: {both:?}");
+        // Each client's seq only increases, and the turn is numbered after the last one,
+        // whichever replica ran that.
+        for (i, seen) in [&seen_a, &seen_b].into_iter().enumerate() {
+            let numbers = seqs(seen);
+            assert!(
+                numbers.windows(2).all(|w| w[0] < w[1]) && numbers[0] > last_seen[i],
+                "round {round}: seq only increases: {} then {numbers:?}",
+                last_seen[i]
+            );
+            last_seen[i] = *numbers.last().unwrap();
+        }
+        let turn = seen_a.iter().find(|f| f["type"] == "turn_started").unwrap()["seq"]
+            .as_u64()
+            .unwrap();
+        assert!(turn > last_turn, "round {round}: {last_turn} then {turn}");
+        last_turn = turn;
+        let messages = store.messages(&thread).await.unwrap();
+        let running = messages.iter().filter(|m| m.status == "running").count();
+        assert_eq!(running, 0, "round {round}");
+        assert_eq!(
+            messages.len(),
+            2 * (round + 2),
+            "round {round}: one turn stored"
+        );
+    }
     a.stop().await;
     b.stop().await;
     nats.stop().await;

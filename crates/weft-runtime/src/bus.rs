@@ -3,13 +3,17 @@
 //! runs elsewhere goes to the replica holding the turn's lease. A client following such a
 //! turn gets its frames on an inbox of its own replica: the owner subscribes a [`BusSink`] to
 //! the thread, which publishes the replay, then each live frame, as encoded once for sockets.
+//! A turn's start is announced once on its thread's subject (`weft.turns.<hex thread id>`),
+//! so a replica whose clients watch that thread follows the turn for them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use weft_protocol::{ApprovalDecision, ErrorCode, PermissionMode};
@@ -49,12 +53,17 @@ pub enum Command {
         last_seq: u64,
         inbox: String,
     },
+    /// The follower behind `inbox` left: stop sending to it.
+    Unfollow { inbox: String },
 }
 
 /// Carries out commands other replicas send (the runtime).
 #[async_trait::async_trait]
 pub trait CommandHandler: Send + Sync {
     async fn handle(&self, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal>;
+    /// Replica `owner` started a turn on `thread_id` (a quick look; any work goes on a task
+    /// of its own).
+    fn turn_started_elsewhere(self: Arc<Self>, bus: &Arc<Bus>, thread_id: &str, owner: &str);
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -67,11 +76,21 @@ pub struct Bus {
     client: async_nats::Client,
     replica_id: String,
     metrics: Arc<Metrics>,
+    /// This replica's followers on other replicas: their inbox → their subscriber id here.
+    followers: Arc<Mutex<HashMap<String, SubscriberId>>>,
 }
 
 fn subject(replica: &str) -> String {
     format!("weft.replica.{replica}")
 }
+
+/// Where a thread's turns are announced: its id in hex (client-chosen ids may hold
+/// characters a subject cannot).
+fn turns_subject(thread_id: &str) -> String {
+    format!("{TURNS}.{}", hex::encode(thread_id))
+}
+
+const TURNS: &str = "weft.turns";
 
 impl Bus {
     pub async fn connect(
@@ -88,6 +107,7 @@ impl Bus {
             client,
             replica_id: replica_id.to_owned(),
             metrics,
+            followers: Arc::default(),
         }))
     }
 
@@ -95,15 +115,70 @@ impl Bus {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    /// Answer the commands other replicas send this one, until the handler goes.
+    /// Answer the commands other replicas send this one, and hear the turns they start,
+    /// until the handler goes.
     pub async fn serve(self: &Arc<Self>, handler: Weak<dyn CommandHandler>) -> Result<(), String> {
-        let mut commands = self
+        let commands = self
             .client
             .subscribe(subject(&self.replica_id))
             .await
             .map_err(|e| format!("cannot subscribe to this replica's commands: {e}"))?;
+        let turns = self
+            .client
+            .subscribe(format!("{TURNS}.*"))
+            .await
+            .map_err(|e| format!("cannot subscribe to the turns other replicas start: {e}"))?;
         // Subscribed before start-up goes on: no command sent after it is missed.
         self.client.flush().await.map_err(|e| e.to_string())?;
+        self.answer_commands(commands, handler.clone());
+        self.hear_turns(turns, handler);
+        Ok(())
+    }
+
+    /// Announce that this replica started a turn on `thread_id` (one small publish per
+    /// turn; nobody hears it unless a replica's clients watch the thread).
+    pub fn announce_turn(self: &Arc<Self>, thread_id: &str) {
+        let bus = self.clone();
+        let subject = turns_subject(thread_id);
+        tokio::spawn(async move {
+            let body = Bytes::from(bus.replica_id.clone().into_bytes());
+            if let Err(e) = bus.client.publish(subject, body).await {
+                tracing::warn!(error = %e, "cannot announce a turn");
+            }
+        });
+    }
+
+    fn hear_turns(
+        self: &Arc<Self>,
+        mut turns: async_nats::Subscriber,
+        handler: Weak<dyn CommandHandler>,
+    ) {
+        let bus = self.clone();
+        tokio::spawn(async move {
+            while let Some(message) = turns.next().await {
+                let Some(handler) = handler.upgrade() else {
+                    return;
+                };
+                let owner = String::from_utf8_lossy(&message.payload).into_owned();
+                let thread = message
+                    .subject
+                    .strip_prefix(TURNS)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .and_then(|hex_id| hex::decode(hex_id).ok())
+                    .and_then(|bytes| String::from_utf8(bytes).ok());
+                let Some(thread_id) = thread.filter(|_| owner != bus.replica_id) else {
+                    continue;
+                };
+                handler.turn_started_elsewhere(&bus, &thread_id, &owner);
+            }
+        });
+    }
+
+    fn answer_commands(
+        self: &Arc<Self>,
+        mut commands: async_nats::Subscriber,
+        handler: Weak<dyn CommandHandler>,
+    ) {
         let bus = self.clone();
         tokio::spawn(async move {
             while let Some(message) = commands.next().await {
@@ -129,7 +204,6 @@ impl Bus {
                 });
             }
         });
-        Ok(())
     }
 
     /// Push out what was published (at shutdown, after the last turn's final frames).
@@ -188,15 +262,17 @@ impl Bus {
         let queued = Arc::new(AtomicUsize::new(0));
         let taken = queued.clone();
         let bus = self.clone();
+        self.followers.lock().insert(inbox.clone(), id);
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
                 taken.fetch_sub(frame.len(), Ordering::Relaxed);
                 bus.metrics.bus_published.inc();
                 if let Err(e) = bus.client.publish(inbox.clone(), frame).await {
                     tracing::warn!(error = %e, "cannot publish a followed turn's frame");
-                    return;
+                    break;
                 }
             }
+            bus.followers.lock().remove(&inbox);
         });
         Arc::new(BusSink {
             id,
@@ -205,6 +281,13 @@ impl Bus {
             limit,
             ended: AtomicBool::new(false),
         })
+    }
+}
+
+impl Bus {
+    /// The subscriber here that sends to the follower behind `inbox`, while it does.
+    pub fn follower(&self, inbox: &str) -> Option<SubscriberId> {
+        self.followers.lock().get(inbox).copied()
     }
 }
 
@@ -276,6 +359,10 @@ pub struct BusSink {
 impl FrameSink for BusSink {
     fn id(&self) -> SubscriberId {
         self.id
+    }
+
+    fn is_gone(&self) -> bool {
+        self.ended.load(Ordering::Relaxed) || self.tx.is_closed()
     }
 
     fn send(&self, out: Outgoing<'_>) -> bool {

@@ -15,7 +15,7 @@ use crate::frame::{FrameSink, SubscriberId};
 use crate::persist::to_wire;
 use crate::record::views::{root_text, tree_from_items};
 use crate::runtime::Runtime;
-use crate::threads::ThreadRuntime;
+use crate::threads::{turn_seq_floor, ThreadRuntime};
 
 /// The most of a reason for a decision the model is shown.
 const MAX_REASON_BYTES: usize = 1_000;
@@ -289,12 +289,16 @@ impl Runtime {
         last_seq: u64,
     ) -> Result<(), Refusal> {
         let mut events = Vec::new();
+        let mut after = last_seq;
         if let Some(message) = self
             .store
             .last_assistant_message(&thread.id)
             .await
             .map_err(Refusal::internal)?
         {
+            // Numbered after every frame of that turn and before the next turn's, whichever
+            // replica ran or runs them.
+            after = after.max(turn_seq_floor(message.position + 1).saturating_sub(3));
             events.push(ServerEvent::Message {
                 message: to_wire(&message),
             });
@@ -305,7 +309,7 @@ impl Runtime {
             parent_id: None,
             depth: 0,
         });
-        thread.send_to(sink, last_seq, events);
+        thread.send_to(sink, after, events);
         Ok(())
     }
 

@@ -90,6 +90,11 @@ pub trait FrameSink: Send + Sync {
     /// Take one frame; false when this watcher is gone or cannot keep up (it is then
     /// forgotten).
     fn send(&self, out: Outgoing<'_>) -> bool;
+    /// Whether this watcher is gone already (its connection closed), for relays that would
+    /// otherwise only find out at their next frame.
+    fn is_gone(&self) -> bool {
+        false
+    }
 }
 
 /// A frame as a [`ChannelSink`] delivers it.
@@ -163,6 +168,10 @@ impl ChannelSink {
 impl FrameSink for ChannelSink {
     fn id(&self) -> SubscriberId {
         self.id
+    }
+
+    fn is_gone(&self) -> bool {
+        self.tx.is_closed() || self.state.overflowed.load(Ordering::Relaxed)
     }
 
     fn send(&self, out: Outgoing<'_>) -> bool {

@@ -150,6 +150,11 @@ impl Leases {
         self.heartbeat
     }
 
+    /// How long a lease lasts without renewal.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     pub fn replica_id(&self) -> &str {
         &self.owner
     }

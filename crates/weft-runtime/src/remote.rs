@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use weft_store::now_ms;
 
-use crate::bus::{Bus, Command, CommandHandler};
+use crate::bus::{Bus, BusFrames, Command, CommandHandler};
 use crate::error::Refusal;
 use crate::frame::{FrameSink, Outgoing};
 use crate::runtime::Runtime;
@@ -58,54 +58,75 @@ impl Runtime {
         last_seq: u64,
         sink: Arc<dyn FrameSink>,
     ) -> Result<(), Refusal> {
-        let (inbox, mut frames) = remote.bus.inbox().await?;
+        if !thread.start_following(sink.id()) {
+            // Already relayed to this client: it misses nothing.
+            return Ok(());
+        }
+        let (inbox, frames) = match remote.bus.inbox().await {
+            Ok(pair) => pair,
+            Err(refusal) => {
+                thread.stop_following(sink.id());
+                return Err(refusal);
+            }
+        };
         let asked = remote
             .send(Command::Follow {
                 user: user.to_owned(),
                 thread_id: thread.id.to_string(),
                 last_seq,
-                inbox,
+                inbox: inbox.clone(),
             })
             .await;
         if let Err(refusal) = asked {
+            thread.stop_following(sink.id());
             frames.close().await;
             return Err(refusal);
         }
         // Turns that start here later reach this follower as any subscriber's would.
         thread.subscribe(sink.clone());
-        let quiet = self.leases.heartbeat() * 2;
         let runtime = self.clone();
         tokio::spawn(async move {
-            let mut seen = last_seq;
-            loop {
-                match frames.next(quiet).await {
-                    Some(followed) => {
-                        seen = followed.frame.seq.unwrap_or(seen).max(seen);
-                        thread.seen_elsewhere(seen);
-                        let out = Outgoing {
-                            frame: &followed.frame,
-                            event: None,
-                        };
-                        if !sink.send(out) || followed.ends_turn {
-                            break;
-                        }
-                    }
-                    None => {
-                        if !runtime.still_runs_elsewhere(&thread.id).await {
-                            if let Err(e) = runtime
-                                .answer_from_store(&thread, sink.as_ref(), seen)
-                                .await
-                            {
-                                tracing::warn!(error = %e.message, "cannot end a followed turn");
-                            }
-                            break;
-                        }
-                    }
-                }
-            }
-            frames.close().await;
+            let relay = Relay {
+                remote,
+                inbox,
+                thread,
+                sink,
+            };
+            relay.run(&runtime, frames, last_seq).await;
         });
         Ok(())
+    }
+
+    /// A turn started on `thread_id` through replica `owner`: the clients here watching that
+    /// thread follow it. A turn of the thread still running here cannot be saved (the
+    /// database runs one per thread): it ends first, so its clients hear that before.
+    fn follow_for_watchers(self: &Arc<Self>, bus: &Arc<Bus>, thread_id: &str, owner: &str) {
+        let Some(thread) = self.hub.get(thread_id) else {
+            return;
+        };
+        let runtime = self.clone();
+        let remote = RemoteTurn {
+            bus: bus.clone(),
+            replica: owner.to_owned(),
+        };
+        tokio::spawn(async move {
+            if tokio::time::timeout(runtime.leases.lease(), thread.idle())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            for sink in thread.subscribers() {
+                let user = thread.owner.clone();
+                let remote = RemoteTurn {
+                    bus: remote.bus.clone(),
+                    replica: remote.replica.clone(),
+                };
+                if let Err(e) = runtime.follow(remote, &user, thread.clone(), 0, sink).await {
+                    tracing::warn!(error = %e.message, "cannot follow a turn another replica started");
+                }
+            }
+        });
     }
 
     /// Whether the followed turn may still go on: another replica holds its lease, or its
@@ -120,6 +141,67 @@ impl Runtime {
         match self.store.last_assistant_message(thread_id).await {
             Ok(message) => message.is_some_and(|m| m.status == "running"),
             Err(_) => true,
+        }
+    }
+}
+
+/// One client's relay of a turn another replica runs.
+struct Relay {
+    remote: RemoteTurn,
+    inbox: String,
+    thread: Arc<ThreadRuntime>,
+    sink: Arc<dyn FrameSink>,
+}
+
+impl Relay {
+    /// Relay frames until the turn's final chunk. Should the client leave, the owner is told
+    /// to stop sending; should the owner go quiet and lose the turn (it died), the stored
+    /// answer ends it instead.
+    async fn run(self, runtime: &Runtime, mut frames: BusFrames, last_seq: u64) {
+        let quiet = runtime.leases.heartbeat() * 2;
+        let mut seen = last_seq;
+        let mut client_left = false;
+        loop {
+            match frames.next(quiet).await {
+                Some(followed) => {
+                    seen = followed.frame.seq.unwrap_or(seen).max(seen);
+                    self.thread.seen_elsewhere(seen);
+                    let out = Outgoing {
+                        frame: &followed.frame,
+                        event: None,
+                    };
+                    if !self.sink.send(out) {
+                        client_left = true;
+                        break;
+                    }
+                    if followed.ends_turn {
+                        break;
+                    }
+                }
+                None if self.sink.is_gone() => {
+                    client_left = true;
+                    break;
+                }
+                None => {
+                    if !runtime.still_runs_elsewhere(&self.thread.id).await {
+                        if let Err(e) = runtime
+                            .answer_from_store(&self.thread, self.sink.as_ref(), seen)
+                            .await
+                        {
+                            tracing::warn!(error = %e.message, "cannot end a followed turn");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        frames.close().await;
+        self.thread.stop_following(self.sink.id());
+        if client_left {
+            let inbox = self.inbox;
+            if let Err(e) = self.remote.send(Command::Unfollow { inbox }).await {
+                tracing::debug!(error = %e.message, "cannot tell the owner a follower left");
+            }
         }
     }
 }
@@ -154,6 +236,16 @@ impl CommandHandler for Runtime {
                 let sink = bus.sink(self.next_subscriber_id(), inbox, limit);
                 self.resume_here(&user, &thread_id, last_seq, sink).await
             }
+            Command::Unfollow { inbox } => {
+                if let Some(follower) = bus.follower(&inbox) {
+                    self.detach(follower);
+                }
+                Ok(())
+            }
         }
+    }
+
+    fn turn_started_elsewhere(self: Arc<Self>, bus: &Arc<Bus>, thread_id: &str, owner: &str) {
+        self.follow_for_watchers(bus, thread_id, owner);
     }
 }

@@ -1,7 +1,7 @@
 //! Live per-thread state: the permission gate, the one active turn, the per-thread `seq`,
 //! the replay buffer for `resume_chat`, and the connections subscribed to its frames.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -12,6 +12,15 @@ use weft_protocol::{PermissionMode, ServerEvent, ServerFrame};
 use crate::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
 use crate::record::TurnLog;
 use crate::replay::{Missed, Replay};
+
+/// Where the `seq` of the turn answering with the message at `position` starts at the
+/// latest: 2^26 per position in the thread. Turns of a thread run one at a time, each at a
+/// later position than the last, so a thread's `seq` only increases whichever replica (or
+/// process life) ran its turns before, with no shared counter; 2^26 frames per turn and 2^27
+/// messages per thread stay within what a JSON number holds exactly (2^53).
+pub fn turn_seq_floor(position: i64) -> u64 {
+    u64::try_from(position.max(0)).unwrap_or(0) << 26
+}
 
 pub struct ThreadRuntime {
     /// Shared by every frame of the thread.
@@ -41,6 +50,8 @@ struct ThreadState {
     /// Frames of a turn whose start is not committed yet, in order (they go out after
     /// `turn_started`).
     held: Option<Vec<ServerEvent>>,
+    /// Subscribers a turn another replica runs is relayed to now.
+    following: HashSet<SubscriberId>,
 }
 
 impl ThreadRuntime {
@@ -61,6 +72,7 @@ impl ThreadRuntime {
                 // Idle from the start: a runtime made only to be read goes with the sweep.
                 ended_at: Some(std::time::Instant::now()),
                 held: None,
+                following: HashSet::new(),
             }),
             ended: tokio::sync::Notify::new(),
         }
@@ -93,11 +105,13 @@ impl ThreadRuntime {
     }
 
     /// Publish `first`, then every frame held back, in order; later frames go out at once.
-    /// `first` is `None` to drop what was held (the turn could not start).
-    pub fn release_frames(&self, first: Option<ServerEvent>) {
+    /// `first` is `None` to drop what was held (the turn could not start). The turn's frames
+    /// number from at least `seq_floor` (see [`turn_seq_floor`]).
+    pub fn release_frames(&self, first: Option<ServerEvent>, seq_floor: u64) {
         let mut state = self.state.lock();
         let held = state.held.take().unwrap_or_default();
         if let Some(first) = first {
+            state.next_seq = state.next_seq.max(seq_floor);
             self.publish_locked(&mut state, first);
             for event in held {
                 self.publish_locked(&mut state, event);
@@ -197,6 +211,21 @@ impl ThreadRuntime {
         count
     }
 
+    /// The subscribers now.
+    pub fn subscribers(&self) -> Vec<Arc<dyn FrameSink>> {
+        self.state.lock().subscribers.values().cloned().collect()
+    }
+
+    /// Mark `subscriber` as getting a turn relayed from another replica; false when it
+    /// already does (one relay per subscriber).
+    pub fn start_following(&self, subscriber: SubscriberId) -> bool {
+        self.state.lock().following.insert(subscriber)
+    }
+
+    pub fn stop_following(&self, subscriber: SubscriberId) {
+        self.state.lock().following.remove(&subscriber);
+    }
+
     /// Drop a subscriber; the detach generation when that leaves a running turn with nobody
     /// listening.
     fn unsubscribe(&self, subscriber: SubscriberId) -> Option<u64> {
@@ -262,6 +291,8 @@ impl ThreadRuntime {
         state.active = None;
         state.active_log = None;
         state.ended_at = Some(std::time::Instant::now());
+        // Followers on other replicas that got the final chunk, connections that closed.
+        state.subscribers.retain(|_, sink| !sink.is_gone());
         if !state.someone_left {
             state.replay.clear();
         }

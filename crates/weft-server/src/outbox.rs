@@ -88,6 +88,10 @@ impl FrameSink for Outbox {
     fn send(&self, out: Outgoing<'_>) -> bool {
         self.push(out.frame.clone())
     }
+
+    fn is_gone(&self) -> bool {
+        self.tx.is_closed() || self.state.overflowed()
+    }
 }
 
 impl OutboxState {

@@ -28,7 +28,10 @@ async fn a_trivial_answer_streams_and_is_persisted() {
         ]
     );
     let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
+    // Consecutive, from where the turn's position puts it (2^26 per message position: a
+    // thread's seq only increases whichever replica runs its turns).
+    assert_eq!(seqs[0], 1 << 26, "the turn answers at position 1");
+    assert_eq!(seqs, (seqs[0]..seqs[0] + 6).collect::<Vec<_>>());
     assert_eq!(text_of(&frames), "Hello!");
     let thread = thread_of(&frames);
     assert!(frames.iter().all(|f| f["thread_id"] == thread.as_str()));

@@ -86,6 +86,35 @@ impl WriteOp {
 #[error("the write was not committed: {0}")]
 pub struct WriteError(pub String);
 
+/// What a write that started a turn on a thread that already runs one fails with.
+const THREAD_BUSY: &str = "the thread already has a turn running";
+
+impl WriteError {
+    fn from_store(error: &StoreError) -> WriteError {
+        if is_second_running_turn(error) {
+            return WriteError(THREAD_BUSY.to_owned());
+        }
+        WriteError(error.to_string())
+    }
+
+    /// The write started a turn on a thread where another turn (started through another
+    /// replica meanwhile, or left by a dead one) is still running.
+    pub fn is_thread_busy(&self) -> bool {
+        self.0 == THREAD_BUSY
+    }
+}
+
+/// `messages_one_running_turn` refused a second running turn in a thread.
+fn is_second_running_turn(error: &StoreError) -> bool {
+    let StoreError::Database(sqlx::Error::Database(db)) = error else {
+        return false;
+    };
+    db.kind() == sqlx::error::ErrorKind::UniqueViolation
+        && (db.constraint() == Some("messages_one_running_turn")
+            // SQLite names the columns, not the index; it is the only unique one on them.
+            || db.message().contains("messages.thread_id"))
+}
+
 /// Called once the op is committed (or is known not to be).
 pub type Done = Box<dyn FnOnce(std::result::Result<(), WriteError>) + Send>;
 
@@ -259,7 +288,7 @@ async fn commit_batch(
             tracing::error!(error = %e, "a write failed");
             for (_, done) in batch {
                 if let Some(done) = done {
-                    done(Err(WriteError(e.to_string())));
+                    done(Err(WriteError::from_store(&e)));
                 }
             }
         }
@@ -275,7 +304,7 @@ async fn commit_batch(
                     tracing::error!(error = %e, "a write failed");
                 }
                 if let Some(done) = done {
-                    done(result.map_err(|e| WriteError(e.to_string())));
+                    done(result.map_err(|e| WriteError::from_store(&e)));
                 }
             }
         }
@@ -727,5 +756,12 @@ pub(crate) fn bind_model_call<'q>(q: AnyQuery<'q>, r: &'q &ModelCallRow) -> AnyQ
 impl From<WriteError> for StoreError {
     fn from(e: WriteError) -> Self {
         StoreError::Write(e.0)
+    }
+}
+
+impl StoreError {
+    /// See [`WriteError::is_thread_busy`].
+    pub fn is_thread_busy(&self) -> bool {
+        matches!(self, StoreError::Write(m) if m == THREAD_BUSY)
     }
 }

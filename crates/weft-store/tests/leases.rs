@@ -8,9 +8,13 @@ use weft_store::testing::TestDb;
 use weft_store::{now_ms, ItemRow, LeaseRow, NewMessage, Store, StoreError, WriteOp};
 
 fn message(id: &str, status: &str) -> NewMessage {
+    message_in("lt", id, status)
+}
+
+fn message_in(thread_id: &str, id: &str, status: &str) -> NewMessage {
     NewMessage {
         id: id.into(),
-        thread_id: "lt".into(),
+        thread_id: thread_id.into(),
         role: "assistant".into(),
         content: json!(""),
         execution_tree: None,
@@ -70,9 +74,13 @@ async fn leases(store: &Store) {
         .unwrap();
     // A turn from before leases (none) is nobody's.
     store
+        .create_thread("lt0", "alice", "default", "t")
+        .await
+        .unwrap();
+    store
         .write(WriteOp::BeginTurn {
             thread: None,
-            messages: vec![message("m0", "running")],
+            messages: vec![message_in("lt0", "m0", "running")],
         })
         .await
         .unwrap();
@@ -170,6 +178,60 @@ async fn leases(store: &Store) {
         ]))
         .await;
     assert!(late.is_err());
+}
+
+/// A thread runs one turn at a time, whichever replica starts it: a second running turn is
+/// refused as "busy" (alone: the batch's other ops still commit), and once the first ends
+/// the next may start.
+async fn one_running_turn(store: &Store) {
+    store
+        .create_thread("lt", "alice", "default", "t")
+        .await
+        .unwrap();
+    let begin = |id: &str| WriteOp::BeginTurn {
+        thread: None,
+        messages: vec![message(id, "running")],
+    };
+    store.write(begin("r1")).await.unwrap();
+    let (second, other) = tokio::join!(
+        store.write(begin("r2")),
+        store.write(WriteOp::Items(vec![item("r1", 0)]))
+    );
+    let refused = second.expect_err("a second running turn in the thread");
+    assert!(refused.is_thread_busy(), "{refused}");
+    other.unwrap();
+    assert!(store.message("lt", "r2").await.unwrap().is_none());
+    store
+        .write(WriteOp::FinishTurn {
+            message: message("r1", "completed"),
+        })
+        .await
+        .unwrap();
+    store.write(begin("r2")).await.unwrap();
+    // Any other failure is not "busy".
+    let twice = store
+        .write(WriteOp::BeginTurn {
+            thread: None,
+            messages: vec![message("r1", "completed")],
+        })
+        .await
+        .expect_err("the same id again");
+    assert!(!twice.is_thread_busy(), "{twice}");
+}
+
+#[tokio::test]
+async fn one_running_turn_per_thread_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    one_running_turn(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_running_turn_per_thread_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    one_running_turn(&db.store).await;
+    db.drop_database().await.unwrap();
 }
 
 #[tokio::test]

@@ -239,10 +239,11 @@ impl Runtime {
 }
 
 fn turn_in_progress(thread_id: &str) -> Refusal {
-    Refusal::new(
-        ErrorCode::TurnInProgress,
-        format!("thread `{thread_id}` already has a turn running; send stop first"),
-    )
+    Refusal::new(ErrorCode::TurnInProgress, busy_message(thread_id))
+}
+
+pub(super) fn busy_message(thread_id: &str) -> String {
+    format!("thread `{thread_id}` already has a turn running; send stop first")
 }
 
 /// Code mode runs neither the planner nor budget awareness: an agent that asks for either is

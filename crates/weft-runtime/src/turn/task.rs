@@ -3,7 +3,7 @@
 //! its record written round by round, streaming text flushed every second), and one awaited
 //! write of its end before `message` and `chunk {done: true}`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,7 @@ use crate::persist::{end_status, finish_turn, running_message, TurnRecord};
 use crate::record::history::provider_history;
 use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 use crate::runtime::Runtime;
-use crate::threads::ThreadRuntime;
+use crate::threads::{turn_seq_floor, ThreadRuntime};
 
 /// Everything a turn's task starts from.
 pub(super) struct Launch {
@@ -55,6 +55,9 @@ struct TurnTask {
     lease: Arc<TurnLease>,
     /// Stops the turn (its start could not be saved).
     cancel: CancellationToken,
+    /// Why the turn's start was not saved, once its write failed: it then ends with this
+    /// error and writes nothing.
+    refused: Arc<OnceLock<(ErrorCode, String)>>,
     mode_change: Option<PermissionMode>,
     agent_change: Option<String>,
     agent_name: String,
@@ -132,6 +135,7 @@ impl Runtime {
             log,
             lease,
             cancel: claim.cancel,
+            refused: Arc::default(),
             mode_change,
             agent_change,
             agent_name: setup.agent.name.clone(),
@@ -172,7 +176,7 @@ impl TurnTask {
                 self.drive(spec, mode, record).await;
             }
             Err(e) => {
-                self.thread.release_frames(None);
+                self.thread.release_frames(None, 0);
                 tracing::error!(error = %e, thread = %self.thread.id, "cannot start a turn");
                 self.publish_error(
                     ErrorCode::Internal,
@@ -233,7 +237,10 @@ impl TurnTask {
                 agent: Some(agent.clone()),
             });
         }
-        store.submit(WriteOp::Many(start), Some(self.announce()));
+        store.submit(
+            WriteOp::Many(start),
+            Some(self.announce(turn_seq_floor(record.position))),
+        );
         messages.push(user_message);
         let history = provider_history(
             &messages,
@@ -248,19 +255,38 @@ impl TurnTask {
     /// announced, then what it has sent meanwhile; or, when the start could not be saved,
     /// those frames are dropped and the turn stops (it ends with an error). Any later write
     /// of the turn commits after this one, so the turn's end always comes after.
-    fn announce(&self) -> Done {
+    fn announce(&self, seq_floor: u64) -> Done {
         let thread = self.thread.clone();
         let cancel = self.cancel.clone();
+        let refused = self.refused.clone();
+        let bus = self.runtime.bus.clone();
         let started = ServerEvent::TurnStarted {
             message_id: self.message_id.clone(),
             permission_mode: self.permission_mode,
             mode: self.mode_name.clone(),
         };
         Box::new(move |committed| match committed {
-            Ok(()) => thread.release_frames(Some(started)),
+            Ok(()) => {
+                thread.release_frames(Some(started), seq_floor);
+                if let Some(bus) = bus {
+                    bus.announce_turn(&thread.id);
+                }
+            }
             Err(e) => {
-                tracing::error!(error = %e, thread = %thread.id, "a turn's start was not saved");
-                thread.release_frames(None);
+                let why = if e.is_thread_busy() {
+                    (
+                        ErrorCode::TurnInProgress,
+                        super::start::busy_message(&thread.id),
+                    )
+                } else {
+                    tracing::error!(error = %e, thread = %thread.id, "a turn's start was not saved");
+                    (
+                        ErrorCode::Internal,
+                        "the turn could not be started; see the server log".to_owned(),
+                    )
+                };
+                let _ = refused.set(why);
+                thread.release_frames(None, 0);
                 cancel.cancel();
             }
         })
@@ -287,6 +313,11 @@ impl TurnTask {
     /// error, the final chunk. A client that saw `done` finds the whole turn on reload;
     /// nothing is reported saved that was not.
     async fn finish(&self, mut outcome: TurnOutcome, record: &TurnRecord<'_>) {
+        if let Some((code, message)) = self.refused.get() {
+            self.publish_error(*code, message.clone());
+            self.publish_done();
+            return;
+        }
         self.count(&outcome);
         // What is held (text of a response cut short included) goes with the turn's end.
         let (op, message) = finish_turn(record, &mut outcome);
