@@ -47,6 +47,9 @@ struct Args {
     /// With replicas: turns run by the first and followed (`resume_chat`) from the second.
     #[arg(long, default_value_t = 100)]
     followed: usize,
+    /// Run the replica(s) with a `nats-server` even when there is one (what the bus costs).
+    #[arg(long)]
+    bus: bool,
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -216,16 +219,16 @@ impl Target {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let target = if args.replicas > 1 {
+    let target = if args.replicas > 1 || args.bus {
         if args.db != "postgres" {
-            fail("--replicas needs --db postgres");
+            fail("--replicas and --bus need --db postgres");
         }
         Target::Cluster(
             weft_bench::server::start_cluster(
                 &args.server_bin,
                 &w1_script(),
                 weft_bench::server::NO_USER_LIMITS,
-                args.replicas,
+                args.replicas.max(1),
             )
             .await
             .unwrap_or_else(|e| fail(&e)),
@@ -242,9 +245,14 @@ async fn main() {
             .unwrap_or_else(|e| fail(&e)),
         )
     };
-    let peer = match args.replicas {
-        0 | 1 => format!("weft-ws-{}", args.db),
-        n => format!("weft-ws-{}-x{n}", args.db),
+    let peer = match (args.replicas, args.bus) {
+        (0 | 1, false) => format!("weft-ws-{}", args.db),
+        (n, _) => format!(
+            "weft-ws-{}-x{}{}",
+            args.db,
+            n.max(1),
+            if args.bus { "-bus" } else { "" }
+        ),
     };
     if args.idle > 0 {
         idle(&target, &peer, args.idle).await;
