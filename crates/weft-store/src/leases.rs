@@ -122,22 +122,24 @@ impl Store {
 }
 
 /// The statement that checks a batch's fences: the leases `owner` holds, unexpired, among
-/// `count` message ids (`$3…`). On PostgreSQL it also locks them until the commit, so no
-/// replica takes one while the batch writes; on SQLite it is a write that changes nothing, so
-/// the batch's transaction takes the database's write lock first (waiting its turn) instead
-/// of reading first and failing to upgrade (`database is locked`) when another connection
-/// wrote meanwhile.
-pub(crate) fn fence_sql(backend: Backend, count: usize) -> String {
+/// `count` message ids (`$3…`). When the batch ends those turns (`ends`), it removes the leases
+/// as it checks them (the row stays locked until the commit, and comes back if the batch
+/// fails). Otherwise, on PostgreSQL it locks them until the commit, so no replica takes one
+/// while the batch writes; on SQLite it is a write that changes nothing, so the batch's
+/// transaction takes the database's write lock first (waiting its turn) instead of reading
+/// first and failing to upgrade (`database is locked`) when another connection wrote
+/// meanwhile.
+pub(crate) fn fence_sql(backend: Backend, count: usize, ends: bool) -> String {
     let list: Vec<String> = (0..count).map(|i| format!("${}", i + 3)).collect();
     let list = list.join(", ");
-    match backend {
-        Backend::Postgres => format!(
-            "SELECT message_id FROM turn_leases WHERE owner = $1 AND expires_at > $2 \
-             AND message_id IN ({list}) FOR SHARE"
-        ),
-        Backend::Sqlite => format!(
-            "UPDATE turn_leases SET expires_at = expires_at WHERE owner = $1 AND expires_at > $2 \
-             AND message_id IN ({list}) RETURNING message_id"
+    let held = format!("owner = $1 AND expires_at > $2 AND message_id IN ({list})");
+    match (ends, backend) {
+        (true, _) => format!("DELETE FROM turn_leases WHERE {held} RETURNING message_id"),
+        (false, Backend::Postgres) => {
+            format!("SELECT message_id FROM turn_leases WHERE {held} FOR SHARE")
+        }
+        (false, Backend::Sqlite) => format!(
+            "UPDATE turn_leases SET expires_at = expires_at WHERE {held} RETURNING message_id"
         ),
     }
 }
