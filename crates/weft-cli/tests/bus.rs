@@ -588,3 +588,34 @@ async fn two_replicas_never_run_two_turns_of_a_thread_at_once() {
     store.close().await;
     db.drop_database().await;
 }
+
+#[tokio::test]
+async fn the_trace_of_a_turn_another_replica_runs_holds_what_its_clients_saw() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let chunks: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": chunks, "chunk_delay_ms": 100}]}]});
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let mut on_a = a.connect().await;
+    send(&mut on_a, chat("stream", None)).await;
+    // Half a second in: streamed text is held (flushed every second), yet the trace read
+    // through the other replica has all of it.
+    let seen = until(&mut on_a, |f| f["type"] == "chunk" && f["content"] == "w4 ").await;
+    let thread = seen[0]["thread_id"].as_str().unwrap().to_owned();
+    let message = seen[0]["message_id"].as_str().unwrap().to_owned();
+    let trace = b
+        .get(&format!("/threads/{thread}/messages/{message}/trace"))
+        .await;
+    assert_eq!(trace["status"], "running", "{trace}");
+    assert!(
+        trace["trace"].to_string().contains("w0 w1 w2 w3 w4 "),
+        "the trace holds every chunk the client saw: {trace}"
+    );
+    until(&mut on_a, is_done).await;
+    a.stop().await;
+    b.stop().await;
+    nats.stop().await;
+    db.drop_database().await;
+}

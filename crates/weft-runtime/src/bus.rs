@@ -55,6 +55,8 @@ pub enum Command {
     },
     /// The follower behind `inbox` left: stop sending to it.
     Unfollow { inbox: String },
+    /// Answer once what the thread's running turn has shown its clients is committed.
+    Settle { user: String, thread_id: String },
 }
 
 /// Carries out commands other replicas send (the runtime).

@@ -129,6 +129,36 @@ impl Runtime {
         });
     }
 
+    /// Wait until what the thread's running turn has shown its clients is committed, on the
+    /// replica that runs it (a reader of the record then sees what they saw). Should that
+    /// replica not answer, the record is read as it is.
+    pub async fn settle(&self, user: &str, thread_id: &str) -> Result<(), Refusal> {
+        if self.settle_here(thread_id).await {
+            return Ok(());
+        }
+        if let Some(remote) = self.remote_turn(thread_id).await? {
+            let command = Command::Settle {
+                user: user.to_owned(),
+                thread_id: thread_id.to_owned(),
+            };
+            if let Err(e) = remote.send(command).await {
+                tracing::debug!(error = %e.message, "cannot settle a turn another replica runs");
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Runtime::settle`] for a turn this replica runs; false when it runs none.
+    async fn settle_here(&self, thread_id: &str) -> bool {
+        match self.hub.get(thread_id).and_then(|t| t.active_log()) {
+            Some(log) => {
+                log.settled().await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether the followed turn may still go on: another replica holds its lease, or its
     /// message is still `running` (a dead owner's turn, until a sweep closes it).
     async fn still_runs_elsewhere(&self, thread_id: &str) -> bool {
@@ -235,6 +265,11 @@ impl CommandHandler for Runtime {
                 let limit = self.config.server.max_outbound_bytes;
                 let sink = bus.sink(self.next_subscriber_id(), inbox, limit);
                 self.resume_here(&user, &thread_id, last_seq, sink).await
+            }
+            Command::Settle { user, thread_id } => {
+                self.check_owner(&user, &thread_id).await?;
+                self.settle_here(&thread_id).await;
+                Ok(())
             }
             Command::Unfollow { inbox } => {
                 if let Some(follower) = bus.follower(&inbox) {

@@ -72,7 +72,8 @@ pub async fn items(
 }
 
 /// `GET /threads/{id}/messages/{message_id}/trace`: one turn's trace, every response and
-/// full result, subtasks nested under their calls.
+/// full result, subtasks nested under their calls; of a running turn, everything its clients
+/// have been shown.
 pub async fn trace(
     State(state): State<Arc<ServerState>>,
     Path((id, message_id)): Path<(String, String)>,
@@ -84,6 +85,8 @@ pub async fn trace(
         ErrorCode::MessageNotFound,
         "message in this thread",
     )?;
+    // A running turn's trace holds what its clients have seen, wherever it runs.
+    state.runtime.settle(&user.id, &id).await?;
     let store = &state.runtime.store;
     let Some(message) = store
         .message(&id, &message_id)
