@@ -452,7 +452,7 @@ async fn a_client_watching_a_thread_through_one_replica_sees_the_turns_another_s
     let store = Store::connect(&db.url).await.unwrap();
     let write = json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]});
     let script = json!({"conversations": [{"match": "*", "steps": [
-        {"text": "one"}, {"text": "two", "delay_ms": 200}, write, {"text": "written", "repeat": true}]}]});
+        {"text": "one"}, {"text": "two", "delay_ms": 600}, write, {"text": "written", "repeat": true}]}]});
     let grace = "detach_grace_ms = 300\n";
     let a = replica_with(&db, &nats, &script, "a", grace).await;
     let b = replica_with(&db, &nats, &script, "b", grace).await;
