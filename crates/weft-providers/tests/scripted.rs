@@ -185,3 +185,43 @@ async fn delay_is_cancellable() {
         .is_err());
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// A turn resumed in another process (issue 22) rebuilds its history from the record and
+/// calls a fresh provider: the script goes on from the step that history has reached, so a
+/// resumed turn continues its script rather than starting over.
+#[tokio::test]
+async fn a_fresh_provider_continues_the_script_from_a_resumed_history() {
+    let steps = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "a"}}]},
+        {"tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "b"}}]},
+        {"text": "both written"}]}]});
+    let call = |id: &str, path: &str| ToolCallRequest {
+        id: id.into(),
+        name: "write_file".into(),
+        arguments: json!({"path": path}).to_string(),
+    };
+    // Cut after the first round: its call and its result are on record.
+    let resumed = vec![
+        ChatMessage::user("write two files"),
+        ChatMessage::assistant("", vec![call("w1", "a")]),
+        ChatMessage::tool_result("w1", "written", false),
+    ];
+    let fresh = ScriptedProvider::from_value(steps.clone()).unwrap();
+    let next = events(&fresh, resumed.clone()).await.unwrap();
+    let called: Vec<&str> = next
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::ToolCall(c) => Some(c.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(called, vec!["w2"], "the second round, not the first again");
+    // And after the second round, the answer.
+    let mut done = resumed;
+    done.push(ChatMessage::assistant("", vec![call("w2", "b")]));
+    done.push(ChatMessage::tool_result("w2", "written", false));
+    let last = events(&ScriptedProvider::from_value(steps).unwrap(), done)
+        .await
+        .unwrap();
+    assert_eq!(last[0], ProviderEvent::TextDelta("both written".into()));
+}

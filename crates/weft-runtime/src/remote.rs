@@ -1,6 +1,7 @@
 //! Turns another replica runs (only with a bus): finding the replica that holds a thread's
-//! turn, following that turn for a client of this replica, and carrying out the commands
-//! other replicas send for the turns this one runs.
+//! turn, following that turn for a client of this replica (one who resumed it, or who watches
+//! the thread when another replica announces a turn on it), settling it before its record is
+//! read, and carrying out the commands other replicas send for the turns this one runs.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
 
 /// The replica running a thread's turn, when it is another one.
+#[derive(Clone)]
 pub(crate) struct RemoteTurn {
     pub bus: Arc<Bus>,
     pub replica: String,
@@ -118,11 +120,8 @@ impl Runtime {
             }
             for sink in thread.subscribers() {
                 let user = thread.owner.clone();
-                let remote = RemoteTurn {
-                    bus: remote.bus.clone(),
-                    replica: remote.replica.clone(),
-                };
-                if let Err(e) = runtime.follow(remote, &user, thread.clone(), 0, sink).await {
+                let followed = runtime.follow(remote.clone(), &user, thread.clone(), 0, sink);
+                if let Err(e) = followed.await {
                     tracing::warn!(error = %e.message, "cannot follow a turn another replica started");
                 }
             }
