@@ -30,6 +30,18 @@ async fn replica_with(db: &Db, nats: &Nats, script: &Value, id: &str, server: &s
     Server::start_with(db, script, &config).await
 }
 
+/// Stop the replicas, then the bus, then drop the database.
+async fn shut_down(replicas: Vec<Server>, nats: Nats, store: Option<Store>, db: Db) {
+    for replica in replicas {
+        replica.stop().await;
+    }
+    nats.stop().await;
+    if let Some(store) = store {
+        store.close().await;
+    }
+    db.drop_database().await;
+}
+
 /// Each turn writes a file (asking first in Default mode), then says so.
 fn write_script() -> Value {
     let write = json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]});
@@ -136,11 +148,7 @@ async fn a_client_of_any_replica_follows_answers_and_redirects_a_turn_another_ru
         !metrics.contains("weft_bus_published_total 0"),
         "A published B's follower's frames: {metrics}"
     );
-    a.stop().await;
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![a, b], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -180,11 +188,7 @@ async fn stop_and_delete_through_another_replica_reach_the_turn() {
         store.thread(&thread).await.unwrap().is_none(),
         "a stopped turn's last write brought it back"
     );
-    a.stop().await;
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![a, b], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -230,10 +234,7 @@ async fn a_follower_whose_owner_dies_gets_the_stored_answer() {
     assert!(completed(&frames));
     let first = frames.iter().find_map(|f| f["seq"].as_u64()).unwrap();
     assert!(first > last_seq, "seq {first} after {last_seq}");
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![b], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -308,10 +309,7 @@ async fn sigterm_closes_with_1012_and_weft_chat_resumes_through_another_replica(
         .unwrap()
         .unwrap();
     assert_eq!(message.status, "completed");
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![b], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -357,12 +355,7 @@ async fn three_replicas_one_runs_the_turn_one_follows_it_one_answers_it() {
     // C answered and sent nothing else: its socket got no error.
     send(&mut on_c, json!({"type": "ping"})).await;
     assert_eq!(recv(&mut on_c).await["type"], "pong");
-    for replica in [a, b, c] {
-        replica.stop().await;
-    }
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![a, b, c], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -420,11 +413,7 @@ async fn the_prompt_api_reads_follows_and_answers_a_prompt_another_replica_runs(
     );
     assert!(text.contains("\"type\":\"message\""), "{text}");
     assert!(text.contains("\"done\":true"), "{text}");
-    a.stop().await;
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![a, b], nats, Some(store), db).await;
 }
 
 /// Frames up to the end of a turn that completed (its `message`, then its final chunk);
@@ -504,11 +493,7 @@ async fn a_client_watching_a_thread_through_one_replica_sees_the_turns_another_s
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    a.stop().await;
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![a, b], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -582,11 +567,7 @@ async fn two_replicas_never_run_two_turns_of_a_thread_at_once() {
             "round {round}: one turn stored"
         );
     }
-    a.stop().await;
-    b.stop().await;
-    nats.stop().await;
-    store.close().await;
-    db.drop_database().await;
+    shut_down(vec![a, b], nats, Some(store), db).await;
 }
 
 #[tokio::test]
@@ -614,8 +595,5 @@ async fn the_trace_of_a_turn_another_replica_runs_holds_what_its_clients_saw() {
         "the trace holds every chunk the client saw: {trace}"
     );
     until(&mut on_a, is_done).await;
-    a.stop().await;
-    b.stop().await;
-    nats.stop().await;
-    db.drop_database().await;
+    shut_down(vec![a, b], nats, None, db).await;
 }

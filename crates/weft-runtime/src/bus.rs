@@ -257,6 +257,11 @@ impl Bus {
         Ok((inbox, BusFrames { frames }))
     }
 
+    /// The subscriber here that sends to the follower behind `inbox`, while it does.
+    pub fn follower(&self, inbox: &str) -> Option<SubscriberId> {
+        self.followers.lock().get(inbox).copied()
+    }
+
     /// The sink that publishes a followed turn's frames to `inbox`; it lets at most `limit`
     /// bytes wait (a follower that falls further behind is dropped, as a slow socket is).
     pub fn sink(self: &Arc<Self>, id: SubscriberId, inbox: String, limit: usize) -> Arc<BusSink> {
@@ -283,13 +288,6 @@ impl Bus {
             limit,
             ended: AtomicBool::new(false),
         })
-    }
-}
-
-impl Bus {
-    /// The subscriber here that sends to the follower behind `inbox`, while it does.
-    pub fn follower(&self, inbox: &str) -> Option<SubscriberId> {
-        self.followers.lock().get(inbox).copied()
     }
 }
 

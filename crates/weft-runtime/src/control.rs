@@ -296,8 +296,8 @@ impl Runtime {
             .await
             .map_err(Refusal::internal)?
         {
-            // Numbered after every frame of that turn and before the next turn's, whichever
-            // replica ran or runs them.
+            // Its two frames numbered just below the next turn's floor: after every frame of
+            // that turn and before the next turn's, whichever replica ran or runs them.
             after = after.max(turn_seq_floor(message.position + 1).saturating_sub(3));
             events.push(ServerEvent::Message {
                 message: to_wire(&message),

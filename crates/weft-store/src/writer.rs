@@ -375,45 +375,40 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// Whether the whole plan is one statement, atomic on its own.
-    fn is_one_statement(&self) -> bool {
-        let lengths = [
+    /// How many rows of each kind the plan writes, items and fences aside.
+    fn rows_besides_items(&self) -> [usize; 10] {
+        [
             self.threads.len(),
             self.begin_messages.len(),
             self.touched.len(),
             self.modes.len(),
             self.agents.len(),
-            self.items.len(),
             self.approvals.len(),
             self.decisions.len(),
             self.finished.len(),
             self.models.len(),
             self.leases.len(),
-        ];
-        let busy: Vec<usize> = lengths.into_iter().filter(|&n| n > 0).collect();
+        ]
+    }
+
+    /// Whether the whole plan is one statement, atomic on its own.
+    fn is_one_statement(&self) -> bool {
+        let rows = self.rows_besides_items();
+        let busy: Vec<usize> = rows
+            .into_iter()
+            .chain([self.items.len()])
+            .filter(|&n| n > 0)
+            .collect();
         // A fence checks before what it guards, and a turn's end also removes its lease.
         let alone = self.fences.is_empty() && self.finished.is_empty();
-        alone
-            && busy.len() == 1
-            && (busy[0] == 1 || (busy[0] <= CHUNKS[0] && CHUNKS.contains(&busy[0])))
+        alone && busy.len() == 1 && CHUNKS.contains(&busy[0])
     }
 
     /// Whether the plan is only rounds of turns one replica runs: their fences and items that
     /// fit one statement. On PostgreSQL that statement checks the leases itself, so the
     /// round needs no transaction around a separate check (one round trip instead of four).
     fn is_fenced_round(&self, b: Backend) -> bool {
-        let others = [
-            self.threads.len(),
-            self.begin_messages.len(),
-            self.touched.len(),
-            self.modes.len(),
-            self.agents.len(),
-            self.approvals.len(),
-            self.decisions.len(),
-            self.finished.len(),
-            self.models.len(),
-            self.leases.len(),
-        ];
+        let others = self.rows_besides_items();
         b == Backend::Postgres
             && others.iter().all(|&n| n == 0)
             && CHUNKS.contains(&self.items.len())
