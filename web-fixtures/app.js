@@ -180,6 +180,13 @@ function onFrame(f) {
       $("messages").append(state.live.root);
       setRunning(true);
       break;
+    case "turn_resumed":
+      // The server running the turn stopped and another took it up: its answer so far
+      // replaces what streamed (a cut round's text streams again); the cards stay.
+      ensureLive();
+      state.live.text.textContent = f.content;
+      setRunning(true);
+      break;
     case "chunk":
       if (f.done) { finishTurn(); break; }
       ensureLive();

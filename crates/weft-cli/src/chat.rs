@@ -237,6 +237,10 @@ async fn stream_turn(
                 f["output_tokens"],
                 f["cost_usd"].as_f64().unwrap_or(0.0)
             )),
+            "turn_resumed" => line(
+                "(the server running this turn stopped; the turn was taken up again and goes on)"
+                    .to_owned(),
+            ),
             "error" => {
                 line(format!(
                     "error [{}]: {}",

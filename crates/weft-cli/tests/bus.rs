@@ -30,6 +30,15 @@ async fn replica_with(db: &Db, nats: &Nats, script: &Value, id: &str, server: &s
     Server::start_with(db, script, &config).await
 }
 
+/// A replica as [`replica`] makes it that closes the turns dead replicas left.
+async fn interrupting_replica(db: &Db, nats: &Nats, script: &Value, id: &str) -> Server {
+    let config = format!(
+        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 1500\nheartbeat_ms = 250\nrecovery = \"interrupt\"\n",
+        nats.url
+    );
+    Server::start_with(db, script, &config).await
+}
+
 /// Stop the replicas, then the bus, then drop the database.
 async fn shut_down(replicas: Vec<Server>, nats: Nats, store: Option<Store>, db: Db) {
     for replica in replicas {
@@ -192,13 +201,74 @@ async fn stop_and_delete_through_another_replica_reach_the_turn() {
 }
 
 #[tokio::test]
-async fn a_follower_whose_owner_dies_gets_the_stored_answer() {
+async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_answers_it_there() {
     let db = Db::new(true).await;
     let nats = Nats::start().await;
     let store = Store::connect(&db.url).await.unwrap();
     let script = write_script();
     let a = replica(&db, &nats, &script, "a").await;
     let b = replica(&db, &nats, &script, "b").await;
+    let mut on_a = a.connect().await;
+    let (thread, call) = waiting_turn(&mut on_a, "write it", None).await;
+    let mut on_b = b.connect().await;
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    let seen = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    let seen_seq = seen.iter().filter_map(|f| f["seq"].as_u64()).max().unwrap();
+
+    let killed = Instant::now();
+    a.kill().await;
+    // B takes the turn up once A's lease expires: the approval is asked again, same id.
+    let frames = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    eprintln!(
+        "the turn ran again {} ms after its owner died (lease 1500 ms)",
+        killed.elapsed().as_millis()
+    );
+    assert!(killed.elapsed() < Duration::from_millis(1500 + 1000 + 1000));
+    let resumed = frames
+        .iter()
+        .find(|f| f["type"] == "turn_resumed")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert!(resumed["seq"].as_u64().unwrap() > seen_seq, "{resumed}");
+    assert_eq!(frames.last().unwrap()["tool_call_id"], call);
+    let pending = store.approvals(&thread).await.unwrap();
+    assert_eq!(pending.len(), 1, "the same approval, still pending");
+    assert_eq!(pending[0].status, "pending");
+
+    send(&mut on_b, json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"})).await;
+    let frames = until(&mut on_b, is_done).await;
+    assert!(completed(&frames), "{frames:?}");
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "chunk")
+        .filter_map(|f| f["content"].as_str())
+        .collect();
+    assert_eq!(text, "written");
+    assert_eq!(newest_status(&store, &thread).await, "completed");
+    let results: Vec<String> = store
+        .thread_items(&thread)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|i| i.kind == "tool_results")
+        .map(|i| i.body.clone())
+        .collect();
+    assert_eq!(results.len(), 1, "one result for the one call: {results:?}");
+    assert!(results[0].contains("\"is_error\":false"), "{results:?}");
+    shut_down(vec![b], nats, Some(store), db).await;
+}
+
+#[tokio::test]
+async fn a_follower_whose_owner_dies_gets_the_stored_answer() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = write_script();
+    let a = interrupting_replica(&db, &nats, &script, "a").await;
+    let b = interrupting_replica(&db, &nats, &script, "b").await;
     let mut on_a = a.connect().await;
     let (thread, _) = waiting_turn(&mut on_a, "write it", None).await;
     let mut on_b = b.connect().await;

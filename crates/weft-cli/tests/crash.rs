@@ -1,5 +1,6 @@
-//! Crash consistency of the real `weft` process: `kill -9` mid-stream, while an approval is
-//! pending, and with 200 turns running; then a restart on the same database must close every
+//! Crash consistency of the real `weft` process under `[cluster] recovery = "interrupt"`:
+//! `kill -9` mid-stream, while an approval is pending, and with 200 turns running; then a
+//! restart on the same database must close every
 //! unfinished turn as `interrupted` with its partial text, answer every unanswered call with
 //! "interrupted", expire pending approvals, answer `resume_chat` from the store, and take the
 //! next turn. A kill the moment `turn_started` arrives keeps the message that started it. On
@@ -14,12 +15,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{chat, is_done, recv, send, until, Db, Server, NO_USER_LIMITS};
 
-/// One replica, restarted under the same id: it closes what its former life left at once.
+/// One replica, restarted under the same id: it closes what its former life left at once
+/// (`tests/resume.rs` has it take those turns up instead).
 async fn start(db: &Db, script: &Value) -> Server {
     Server::start_with(
         db,
         script,
-        &format!("{NO_USER_LIMITS}[cluster]\nreplica_id = \"one\"\n"),
+        &format!("{NO_USER_LIMITS}[cluster]\nreplica_id = \"one\"\nrecovery = \"interrupt\"\n"),
     )
     .await
 }

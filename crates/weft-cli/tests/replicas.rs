@@ -13,10 +13,11 @@ use serde_json::{json, Value};
 use support::{chat, is_done, send, until, Db, Server, NO_USER_LIMITS};
 use weft_store::{MessageRow, Store};
 
-/// A replica named `id` with short leases, so tests see them expire.
+/// A replica named `id` with short leases, so tests see them expire; it closes the turns
+/// dead replicas left (`recovery = "interrupt"`; `tests/resume.rs` takes them up).
 async fn replica(db: &Db, script: &Value, id: &str) -> Server {
     let config = format!(
-        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nlease_ms = 1500\nheartbeat_ms = 250\n"
+        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nlease_ms = 1500\nheartbeat_ms = 250\nrecovery = \"interrupt\"\n"
     );
     Server::start_with(db, script, &config).await
 }

@@ -151,6 +151,7 @@ impl Run {
             planner: None,
             context_window: 128_000,
             artifacts: None,
+            resume: None,
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use weft_protocol::{AgentConfig, BudgetReason};
 
 use crate::provider::Usage;
+use crate::resume::Spent;
 
 /// A limit that was hit: which one, its value, and what was observed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,6 +124,27 @@ impl TurnBudget {
             output_bytes: AtomicU64::new(0),
             cost_nano_usd: AtomicU64::new(0),
         }
+    }
+
+    /// Charge what a turn had spent before its process died: the counters start there and
+    /// the wall clock has already run `spent.elapsed`.
+    pub fn restore(&mut self, spent: &Spent) {
+        self.started = Instant::now()
+            .checked_sub(spent.elapsed)
+            .unwrap_or_else(Instant::now);
+        for (counter, value) in [
+            (&self.llm_calls, spent.llm_calls),
+            (&self.tool_calls, spent.tool_calls),
+            (&self.subtasks, spent.subtasks),
+            (&self.input_tokens, spent.input_tokens),
+            (&self.output_tokens, spent.output_tokens),
+            (&self.result_bytes, spent.result_bytes),
+            (&self.output_bytes, spent.output_bytes),
+        ] {
+            counter.store(value, Ordering::Relaxed);
+        }
+        let nanos = (spent.cost_usd.max(0.0) * NANOS_PER_USD).round() as u64;
+        self.cost_nano_usd.store(nanos, Ordering::Relaxed);
     }
 
     pub fn started(&self) -> Instant {

@@ -16,9 +16,12 @@ pub async fn run_classic_turn(mut spec: TurnSpec) -> TurnOutcome {
     let turn = Arc::new(Turn::new(&spec, &ENGINE));
     let history = std::mem::take(&mut spec.history);
     let run = async {
+        // A resumed turn acts on: its plan was made before it was cut.
         let plan = match &spec.planner {
-            Some(planner) => planner::plan(&turn, planner, &history, &spec.toolbelt).await,
-            None => None,
+            Some(planner) if spec.resume.is_none() => {
+                planner::plan(&turn, planner, &history, &spec.toolbelt).await
+            }
+            _ => None,
         };
         let root = Level::root(&turn.config, &turn.llm, &spec, plan.as_deref());
         (run_level(turn.clone(), root, history).await, plan)

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use serde_json::{Map, Value};
 use weft_protocol::{
     ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus,
-    ToolParallelism, ToolResultMetadata, ToolResultStatus,
+    ToolCategory, ToolParallelism, ToolResultMetadata, ToolResultStatus,
 };
 
 use crate::gate::{Answer, GateDecision};
@@ -19,6 +19,7 @@ use crate::level::Level;
 use crate::prompts;
 use crate::record::{ApprovalRequest, Call, RecordedResult};
 use crate::repetition::RepetitionGuard;
+use crate::resume::CutCall;
 use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
@@ -484,10 +485,14 @@ async fn ask(
         parent_id: level.parent_id.clone(),
         depth: level.depth,
     });
+    // Asked before a restart: the timeout counts from the first time.
+    let asked_ago = turn.asked_before(id).map_or(0, |at| {
+        u64::try_from(unix_now_ms().saturating_sub(at)).unwrap_or(0)
+    });
     let timeout = turn
         .config
         .approval_timeout_ms
-        .map(std::time::Duration::from_millis);
+        .map(|ms| std::time::Duration::from_millis(ms.saturating_sub(asked_ago)));
     // A person's time is not the turn's: the wall clock stops while they decide.
     let person = turn.budget.wait_for_person();
     let waited = tokio::select! {
@@ -568,6 +573,9 @@ async fn run_tool(
         }
         None => None,
     };
+    if let Err(settled) = keep_before_effect(turn, tool.as_ref()).await {
+        return settled;
+    }
     let ctx = ToolContext {
         tool_call_id: call.wire_id.clone(),
         parent_id: level.parent_id.clone(),
@@ -606,6 +614,91 @@ async fn run_tool(
             ..Settled::error(prompts::tool_timed_out(tool.name(), limit.unwrap_or_default()))
         },
     }
+}
+
+/// A call that may change something waits until the response that asked for it is on
+/// record, so a restart knows it may have run and never runs it again.
+async fn keep_before_effect(turn: &Turn, tool: &dyn crate::tool::Tool) -> Result<(), Settled> {
+    if tool.category() == ToolCategory::Read || tool.idempotent() {
+        return Ok(());
+    }
+    let stored = turn.recorder.before_effect();
+    tokio::select! {
+        biased;
+        () = turn.cancel.cancelled() => Err(Settled::error(prompts::CANCELLED_RESULT.to_owned())),
+        kept = stored => kept.map_err(|e| {
+            Settled::error(format!("error: not run, the call could not be recorded first: {e}"))
+        }),
+    }
+}
+
+/// Whether a call of a cut round runs again when its turn is taken up: it was waiting for
+/// its approval, or its tool only reads or is idempotent (an unknown tool is refused again).
+pub(crate) fn runs_again(level: &Level, cut: &CutCall) -> bool {
+    let harmless = level
+        .toolbelt
+        .entry(&cut.call.request.name)
+        .map_or(true, |entry| {
+            entry.tool.category() == ToolCategory::Read || entry.tool.idempotent()
+        });
+    cut.runs_again(harmless)
+}
+
+/// The result of a cut round's call that may have run before the process died: it is not
+/// run again; its card opens and closes with that result, and it counts as a call.
+pub(crate) fn maybe_ran(turn: &Turn, level: &Level, call: &Call) -> CallResult {
+    let name = call.request.name.clone();
+    let content = prompts::MAYBE_RAN_RESULT.to_owned();
+    if let Err(trip) = turn.budget.take_tool_call() {
+        turn.trip(trip);
+    }
+    let now = unix_now();
+    let metadata = ToolResultMetadata {
+        status: ToolResultStatus::Error,
+        started_at: now,
+        completed_at: now,
+        execution_time_ms: 0.0,
+        approval_status: ApprovalStatus::NotRequired,
+        approval_id: None,
+        injected_args: Map::new(),
+        offloaded_artifact_id: None,
+    };
+    if !level.quiet {
+        let args = parse_arguments(&call.request.arguments)
+            .map(Value::Object)
+            .unwrap_or_else(|_| Value::String(call.request.arguments.clone()));
+        for (status, args, result) in [
+            (ToolCallStatus::Start, Some(args), None),
+            (ToolCallStatus::End, None, Some(content.clone())),
+        ] {
+            let end = status == ToolCallStatus::End;
+            turn.events.emit(ServerEvent::ToolCallUpdate {
+                tool_call_id: call.wire_id.clone(),
+                name: name.clone(),
+                status,
+                args,
+                result,
+                is_error: end.then_some(true),
+                parent_id: level.parent_id.clone(),
+                depth: level.depth,
+                metadata: end.then(|| Box::new(metadata.clone())),
+            });
+        }
+    }
+    CallResult {
+        wire_id: call.wire_id.clone(),
+        call_id: call.request.id.clone(),
+        name,
+        content,
+        is_error: true,
+        status: ToolResultStatus::Error,
+        effect: Effect::None,
+        metadata,
+    }
+}
+
+fn unix_now_ms() -> i64 {
+    (unix_now() * 1000.0) as i64
 }
 
 fn unix_now() -> f64 {

@@ -72,6 +72,14 @@ impl EventSink {
         }
     }
 
+    /// Feed the tree events no listener hears (the calls of a resumed turn's earlier lives).
+    pub fn seed(&self, events: &[ServerEvent]) {
+        let mut tree = self.inner.tree.lock();
+        for event in events {
+            tree.observe(event);
+        }
+    }
+
     /// Take the tree and the per-call records built so far (the turn is over).
     pub fn take_tree(&self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
         self.inner.tree.lock().take()

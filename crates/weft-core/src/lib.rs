@@ -35,6 +35,7 @@ mod parallel;
 mod planner;
 mod recursion;
 mod repetition;
+pub mod resume;
 mod run_loop;
 mod sample;
 mod scope;
@@ -62,6 +63,7 @@ pub use record::{
     new_call_id, ApprovalRequest, Call, ModelCallRecord, NoRecord, Place, RecordedResult, Recorder,
     Stored,
 };
+pub use resume::{CutCall, Resume, Spent};
 pub use scope::TurnScope;
 pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
 pub use tokens::{bytes_bound, TokenCounter};

@@ -33,6 +33,11 @@ pub const CANCELLED_RESULT: &str = "cancelled: the turn was stopped before this 
 
 pub const STOPPED_RESULT: &str = "not run: the turn was stopped";
 
+/// The result of a call the server was running when it stopped, given when the turn is taken
+/// up again: the call is not run twice.
+pub const MAYBE_RAN_RESULT: &str = "interrupted: the server stopped while this call was running, \
+     so it may or may not have taken effect; check before running it again";
+
 pub const REPETITION_RESULT: &str = "refused: you have called this tool with identical arguments \
 too many times in a row. The result will not change; change course (different arguments, another tool, \
 or answer with what you have).";

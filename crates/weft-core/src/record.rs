@@ -64,6 +64,13 @@ pub trait Recorder: Send + Sync {
     fn approval_requested(&self, _request: &ApprovalRequest<'_>) -> Stored {
         Box::pin(std::future::ready(Ok(())))
     }
+    /// A call that may change something (not a read, not idempotent) is about to run: the
+    /// response that asked for it is on record once the returned future resolves, so a
+    /// restart never runs it twice. An error means it could not be kept: the call does not
+    /// run.
+    fn before_effect(&self) -> Stored {
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// An approval request ended.
     fn approval_resolved(&self, _id: &str, _outcome: ApprovalOutcome) {}
     /// A provider call ended (however it ended).

@@ -11,12 +11,13 @@ use weft_protocol::{BudgetReason, ServerEvent, ToolErrorMode, ToolResultStatus};
 use crate::awareness;
 use crate::budget::BudgetTrip;
 use crate::compact::{self, Unfit};
-use crate::dispatch::{dispatch, Effect};
+use crate::dispatch::{dispatch, maybe_ran, runs_again, CallResult, Effect};
 use crate::level::Level;
 use crate::message::ChatMessage;
 use crate::prompts;
-use crate::record::identify;
+use crate::record::{identify, Call};
 use crate::repetition::RepetitionGuard;
+use crate::resume::CutCall;
 use crate::sample::{sample, SampleError};
 use crate::spec::TurnEnd;
 use crate::turn::Turn;
@@ -48,8 +49,14 @@ pub(crate) fn run_level(
 ) -> BoxFuture<'static, LevelResult> {
     async move {
         let mut history = Arc::new(history);
-        let mut all_text = String::new();
-        let end = drive(&turn, &level, &mut history, &mut all_text).await;
+        let resume = level.is_root().then(|| turn.take_resume()).flatten();
+        let mut all_text = resume.as_ref().map(|r| r.text.clone()).unwrap_or_default();
+        let mut guard = RepetitionGuard::new(turn.config.max_identical_calls);
+        let cut = resume.map(|r| r.cut).unwrap_or_default();
+        let end = match settle_cut_round(&turn, &level, cut, &mut history, &mut guard).await {
+            Some(end) => end,
+            None => drive(&turn, &level, &mut history, &mut all_text, guard).await,
+        };
         let history = Arc::try_unwrap(history).unwrap_or_else(|shared| (*shared).clone());
         LevelResult {
             end,
@@ -60,14 +67,44 @@ pub(crate) fn run_level(
     .boxed()
 }
 
+/// A resumed turn's cut round, settled before its next model call: the calls that run
+/// again run, the others get a result saying they may have run; all their results go on
+/// record and into the history, in the order the calls were emitted.
+async fn settle_cut_round(
+    turn: &Arc<Turn>,
+    level: &Level,
+    cut: Vec<CutCall>,
+    history: &mut Arc<Vec<ChatMessage>>,
+    guard: &mut RepetitionGuard,
+) -> Option<LevelEnd> {
+    if cut.is_empty() {
+        return None;
+    }
+    let (again, settled): (Vec<_>, Vec<_>) = cut.iter().partition(|c| runs_again(level, c));
+    let again: Vec<Call> = again.into_iter().map(|c| c.call.clone()).collect();
+    let mut ran = dispatch(turn, level, &again, guard).await.into_iter();
+    let mut settled = settled.into_iter().map(|c| maybe_ran(turn, level, &c.call));
+    let results: Vec<CallResult> = cut
+        .iter()
+        .filter_map(|c| {
+            if again.iter().any(|a| a.wire_id == c.call.wire_id) {
+                ran.next()
+            } else {
+                settled.next()
+            }
+        })
+        .collect();
+    take_results(turn, level, results, history, &mut 0, None)
+}
+
 async fn drive(
     turn: &Arc<Turn>,
     level: &Level,
     history: &mut Arc<Vec<ChatMessage>>,
     all_text: &mut String,
+    mut guard: RepetitionGuard,
 ) -> LevelEnd {
     let config = turn.config.clone();
-    let mut guard = RepetitionGuard::new(config.max_identical_calls);
     let mut schema_failures = 0u32;
     let mut iterations = 0u32;
     loop {
@@ -126,52 +163,80 @@ async fn drive(
         }
 
         let results = dispatch(turn, level, &calls, &mut guard).await;
-        if !level.quiet {
-            let record: Vec<_> = results.iter().map(|r| r.recorded()).collect();
-            turn.recorder.results(level.place(), &record);
-        }
-        let mut finished = None;
-        let mut abort = None;
-        for result in &results {
-            match &result.effect {
-                Effect::Finish(payload) if finished.is_none() => finished = Some(payload.clone()),
-                Effect::SchemaInvalid(detail) => {
-                    schema_failures += 1;
-                    if schema_failures > config.max_schema_retries {
-                        return LevelEnd::Failed(schema_not_satisfied(detail, schema_failures));
-                    }
-                }
-                Effect::Fatal(message) => turn.stop(TurnEnd::Failed(message.clone())),
-                _ => {}
-            }
-            if result.status == ToolResultStatus::Error
-                && config.tool_error_mode == ToolErrorMode::Abort
-                && abort.is_none()
-            {
-                abort = Some(format!("tool `{}` failed: {}", result.name, result.content));
-            }
-        }
         let advisory = advise.then(|| awareness::advisory(turn, sampled.usage));
-        let history = Arc::make_mut(history);
-        for result in results {
-            let mut content = result.content;
-            if let Some(advisory) = &advisory {
-                content.push_str(advisory);
-            }
-            history.push(ChatMessage::tool_result(
-                result.call_id,
-                content,
-                result.is_error,
-            ));
-        }
-        if let Some(payload) = finished {
-            return LevelEnd::Structured(payload);
-        }
-        if let Some(message) = abort {
-            turn.stop(TurnEnd::ToolAborted(message));
-            return LevelEnd::Stopped;
+        if let Some(end) = take_results(
+            turn,
+            level,
+            results,
+            history,
+            &mut schema_failures,
+            advisory,
+        ) {
+            return end;
         }
     }
+}
+
+/// A round's results: on record, into the history (each with the budget advisory, when
+/// there is one), and what they do to the level (a finished subtask, too many schema
+/// failures, a fatal error, an abort).
+fn take_results(
+    turn: &Turn,
+    level: &Level,
+    results: Vec<CallResult>,
+    history: &mut Arc<Vec<ChatMessage>>,
+    schema_failures: &mut u32,
+    advisory: Option<String>,
+) -> Option<LevelEnd> {
+    let config = &turn.config;
+    if !level.quiet {
+        let record: Vec<_> = results.iter().map(|r| r.recorded()).collect();
+        turn.recorder.results(level.place(), &record);
+    }
+    let mut finished = None;
+    let mut abort = None;
+    for result in &results {
+        match &result.effect {
+            Effect::Finish(payload) if finished.is_none() => finished = Some(payload.clone()),
+            Effect::SchemaInvalid(detail) => {
+                *schema_failures += 1;
+                if *schema_failures > config.max_schema_retries {
+                    return Some(LevelEnd::Failed(schema_not_satisfied(
+                        detail,
+                        *schema_failures,
+                    )));
+                }
+            }
+            Effect::Fatal(message) => turn.stop(TurnEnd::Failed(message.clone())),
+            _ => {}
+        }
+        if result.status == ToolResultStatus::Error
+            && config.tool_error_mode == ToolErrorMode::Abort
+            && abort.is_none()
+        {
+            abort = Some(format!("tool `{}` failed: {}", result.name, result.content));
+        }
+    }
+    let history = Arc::make_mut(history);
+    for result in results {
+        let mut content = result.content;
+        if let Some(advisory) = &advisory {
+            content.push_str(advisory);
+        }
+        history.push(ChatMessage::tool_result(
+            result.call_id,
+            content,
+            result.is_error,
+        ));
+    }
+    if let Some(payload) = finished {
+        return Some(LevelEnd::Structured(payload));
+    }
+    if let Some(message) = abort {
+        turn.stop(TurnEnd::ToolAborted(message));
+        return Some(LevelEnd::Stopped);
+    }
+    None
 }
 
 /// At the root an iteration-limit trip ends the turn; in a subtask it is that subtask's error.

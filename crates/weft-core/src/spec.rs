@@ -16,6 +16,7 @@ use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
 use crate::provider::Provider;
 use crate::record::{ModelCallRecord, Recorder};
+use crate::resume::Resume;
 use crate::toolbelt::Toolbelt;
 use crate::tree::ToolCallRecord;
 
@@ -46,6 +47,8 @@ pub struct TurnSpec {
     pub context_window: u64,
     /// Where results over `tool_result_max_bytes` are kept whole; none: they are only cut.
     pub artifacts: Option<Arc<dyn Artifacts>>,
+    /// Where a turn taken up again after its process died starts from; `None`: a new turn.
+    pub resume: Option<Resume>,
 }
 
 impl TurnSpec {
@@ -76,6 +79,7 @@ impl TurnSpec {
             planner: None,
             context_window: 128_000,
             artifacts: None,
+            resume: None,
         }
     }
 
@@ -143,6 +147,13 @@ impl TurnSpec {
 
     pub fn artifacts(mut self, artifacts: Option<Arc<dyn Artifacts>>) -> TurnSpec {
         self.artifacts = artifacts;
+        self
+    }
+
+    /// Take the turn up where it was cut (the history holds its completed rounds, and the
+    /// cut round's response last when it has calls to settle).
+    pub fn resume(mut self, resume: Option<Resume>) -> TurnSpec {
+        self.resume = resume;
         self
     }
 }

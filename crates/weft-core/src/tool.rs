@@ -190,5 +190,10 @@ pub trait Tool: Send + Sync {
     fn exclusive_lock(&self) -> Option<&str> {
         None
     }
+    /// Running a call twice does no more than running it once, so a call the server was
+    /// running when it stopped runs again when its turn is taken up (reads always do).
+    fn idempotent(&self) -> bool {
+        false
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }

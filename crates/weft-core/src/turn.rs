@@ -24,6 +24,7 @@ use crate::llm::Llm;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
 use crate::record::{Call, ModelCallRecord, Recorder};
+use crate::resume::Resume;
 use crate::scope::TurnScope;
 use crate::spec::{TurnEnd, TurnOutcome, TurnSpec};
 use crate::tool::NestedCalls;
@@ -86,6 +87,11 @@ pub(crate) struct Turn {
     end: OnceLock<TurnEnd>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     model_calls: Mutex<Vec<ModelCallRecord>>,
+    /// A resumed turn's text so far and cut round, taken by the root level when it starts.
+    resume: Mutex<Option<Resume>>,
+    /// When each call the turn was still asking about before its process died was asked
+    /// (Unix ms): its approval's timeout counts from then.
+    asked_before: HashMap<String, i64>,
 }
 
 impl Turn {
@@ -94,7 +100,7 @@ impl Turn {
             recursion,
             llm: Llm::new(spec.provider.clone(), &spec.model),
             config: spec.config.clone(),
-            budget: TurnBudget::new(&spec.config),
+            budget: budget(spec),
             gate: spec.gate.clone(),
             hitl: spec.config.hitl_tools.iter().cloned().collect(),
             rate_card: spec.rate_card.clone(),
@@ -110,7 +116,24 @@ impl Turn {
             end: OnceLock::new(),
             locks: Mutex::new(HashMap::new()),
             model_calls: Mutex::new(Vec::new()),
+            asked_before: spec
+                .resume
+                .iter()
+                .flat_map(|r| &r.cut)
+                .filter_map(|c| Some((c.call.wire_id.clone(), c.asked_at_ms?)))
+                .collect(),
+            resume: Mutex::new(spec.resume.clone()),
         }
+    }
+
+    /// A resumed turn's starting point, once (the root level takes it).
+    pub fn take_resume(&self) -> Option<Resume> {
+        self.resume.lock().take()
+    }
+
+    /// When the user was first asked about call `id`, if that was before a restart.
+    pub fn asked_before(&self, id: &str) -> Option<i64> {
+        self.asked_before.get(id).copied()
     }
 
     /// End the turn for `end` (the first reason wins) and cancel everything in flight.
@@ -167,6 +190,15 @@ impl Turn {
         self.recorder.model_call(&record);
         self.model_calls.lock().push(record);
     }
+}
+
+/// The turn's budget: fresh, or charged with what a resumed turn had spent.
+fn budget(spec: &TurnSpec) -> TurnBudget {
+    let mut budget = TurnBudget::new(&spec.config);
+    if let Some(resume) = &spec.resume {
+        budget.restore(&resume.spent);
+    }
+    budget
 }
 
 /// Emit the cost summary and gather the outcome.

@@ -250,6 +250,15 @@ pub enum ServerEvent {
         permission_mode: PermissionMode,
         mode: String,
     },
+    /// The thread's turn was taken up again after the server running it stopped: it goes on
+    /// from its last completed round. `content` is its answer so far; it replaces what the
+    /// client showed (text of a round that was cut is streamed again).
+    TurnResumed {
+        message_id: String,
+        content: String,
+        permission_mode: PermissionMode,
+        mode: String,
+    },
     Error {
         code: ErrorCode,
         message: String,

@@ -1,7 +1,7 @@
 //! This replica's turn leases: every turn it runs holds one in the database, renewed by a
 //! heartbeat; a turn whose lease could not be renewed in time stops at its next step and
 //! writes nothing more (the writer's fence refuses it too). The heartbeat itself is in
-//! `recovery`, which also closes the turns dead replicas left.
+//! `recovery`, which also resumes (or closes) the turns dead replicas left.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +29,20 @@ pub struct ClusterConfig {
     pub lease_ms: u64,
     /// How often leases are renewed (and dead replicas' turns looked for).
     pub heartbeat_ms: u64,
+    /// What happens to a dead replica's turns (or this one's, after a restart): taken up
+    /// again from their last completed round, or closed as `interrupted`.
+    pub recovery: Recovery,
+}
+
+/// `[cluster] recovery`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recovery {
+    /// Go on from the last completed round, on whichever replica takes the lease.
+    #[default]
+    Resume,
+    /// Close as `interrupted` (the text streamed so far kept, pending approvals expired).
+    Interrupt,
 }
 
 impl Default for ClusterConfig {
@@ -38,6 +52,7 @@ impl Default for ClusterConfig {
             replica_id: String::new(),
             lease_ms: 10_000,
             heartbeat_ms: 2_000,
+            recovery: Recovery::default(),
         }
     }
 }
@@ -166,26 +181,31 @@ impl Leases {
 
     /// A lease for a turn about to start: its row goes into the turn's first write.
     pub fn take(&self, message_id: &str, cancel: CancellationToken) -> (Arc<TurnLease>, WriteOp) {
-        let started = Instant::now();
-        let lease = Arc::new(TurnLease {
-            message_id: message_id.to_owned(),
-            owner: self.owner.clone(),
-            valid_until: Mutex::new(started + self.lease),
-            fenced: self.fenced,
-            cancel,
-            lost: Default::default(),
-            lost_count: self.metrics.leases_lost.clone(),
-        });
         let row = WriteOp::Lease(LeaseRow {
             message_id: message_id.to_owned(),
             owner: self.owner.to_string(),
             expires_at: now_ms() + self.lease_millis(),
         });
+        (self.adopt(message_id, cancel), row)
+    }
+
+    /// The lease of a turn this replica took over (its row is already this replica's),
+    /// held from now like one it started.
+    pub fn adopt(&self, message_id: &str, cancel: CancellationToken) -> Arc<TurnLease> {
+        let lease = Arc::new(TurnLease {
+            message_id: message_id.to_owned(),
+            owner: self.owner.clone(),
+            valid_until: Mutex::new(Instant::now() + self.lease),
+            fenced: self.fenced,
+            cancel,
+            lost: Default::default(),
+            lost_count: self.metrics.leases_lost.clone(),
+        });
         self.live
             .lock()
             .insert(message_id.to_owned(), lease.clone());
         self.metrics.leases_held.inc();
-        (lease, row)
+        lease
     }
 
     /// The turn ended (its end write removed the row, or it lost the lease).
@@ -229,14 +249,15 @@ impl Leases {
         self.live.lock().contains_key(message_id)
     }
 
-    /// Take the lease of an orphaned turn to close it; `false` if someone else did.
+    /// Take the lease of an orphaned turn to resume or close it: how many times it has now
+    /// been taken over, or `None` if someone else took it.
     pub async fn take_orphan(
         &self,
         store: &Store,
         message_id: &str,
         now: i64,
         former: Option<&str>,
-    ) -> weft_store::Result<bool> {
+    ) -> weft_store::Result<Option<u32>> {
         let taken = store
             .take_lease(
                 message_id,
@@ -246,7 +267,7 @@ impl Leases {
                 former,
             )
             .await?;
-        if taken {
+        if taken.is_some() {
             self.metrics.leases_taken.inc();
         }
         Ok(taken)

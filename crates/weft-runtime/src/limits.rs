@@ -92,6 +92,16 @@ impl UserLimits {
         })
     }
 
+    /// A place for a turn `user` already started, taken up after its process died: counted,
+    /// never refused (the turn was admitted once).
+    pub fn resume_turn(&self, user: &str) -> TurnSlot {
+        *self.running.lock().entry(user.to_owned()).or_insert(0) += 1;
+        TurnSlot {
+            user: user.to_owned(),
+            running: self.running.clone(),
+        }
+    }
+
     /// Forget users whose message budget is full again (bounded memory).
     pub fn sweep(&self) {
         if let Some(limiter) = &self.messages {

@@ -1,9 +1,11 @@
-//! Closing what a dead replica (or this one's former life) left: every turn still `running`
-//! whose lease expired is taken and closed as `interrupted`, keeping the text it had
-//! streamed; every call it left without a result gets the result "interrupted" (so the next
-//! turn's history stays valid), and the thread's approvals still pending become `expired`.
-//! Turns other replicas hold, and turns this one runs, are left alone. The heartbeat that
-//! renews this replica's leases runs the sweep.
+//! What a dead replica (or this one's former life) left: every turn still `running` whose
+//! lease expired is taken (one taker) and, with `[cluster] recovery = "resume"`, handed to
+//! the [`Resumer`] to go on from its last completed round; otherwise (or when it cannot go
+//! on: a workflow run, a media generation, code mode) it is closed as `interrupted`, keeping
+//! the text it had streamed, every call it left without a result answered "interrupted" (so
+//! the next turn's history stays valid), and the thread's pending approvals `expired`. Turns
+//! other replicas hold, and turns this one runs, are left alone. The heartbeat that renews
+//! this replica's leases runs the sweep.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
@@ -18,9 +20,21 @@ use crate::leases::Leases;
 use crate::record::views::{root_text, tree_from_items};
 use crate::record::{entries, results_row, ItemPlace};
 
+/// Takes up a turn whose lease this replica took.
+#[async_trait::async_trait]
+pub trait Resumer: Send + Sync {
+    /// Go on with `message`, taken over for the `takeovers`th time; `Ok(false)` when it
+    /// cannot go on here (it is then closed).
+    async fn resume(
+        self: Arc<Self>,
+        message: &MessageRow,
+        takeovers: u32,
+    ) -> Result<bool, StoreError>;
+}
+
 /// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone),
-/// then close what dead replicas left. Ends when the leases go with the runtime.
-pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store) {
+/// then take up what dead replicas left. Ends when the leases go with the runtime.
+pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store, resumer: Option<Weak<dyn Resumer>>) {
     let me: Weak<Leases> = Arc::downgrade(leases);
     let every = leases.heartbeat();
     tokio::spawn(async move {
@@ -30,7 +44,9 @@ pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store) {
             tick.tick().await;
             let Some(leases) = me.upgrade() else { return };
             leases.renew(&store).await;
-            if let Err(e) = close_orphaned_turns(&store, &leases, Sweep::Heartbeat).await {
+            let resumer = resumer.as_ref().and_then(Weak::upgrade);
+            let swept = recover_orphaned_turns(&store, &leases, Sweep::Heartbeat, resumer);
+            if let Err(e) = swept.await {
                 tracing::warn!(error = %e, "cannot look for turns dead replicas left");
             }
         }
@@ -47,12 +63,21 @@ pub enum Sweep {
     Heartbeat,
 }
 
-/// Close every turn nobody runs; returns how many this replica closed.
-pub async fn close_orphaned_turns(
+/// What the sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub resumed: usize,
+    pub closed: usize,
+}
+
+/// Take every turn nobody runs: resume it through `resumer` when there is one and it can,
+/// close it otherwise.
+pub async fn recover_orphaned_turns(
     store: &Store,
     leases: &Leases,
     sweep: Sweep,
-) -> Result<usize, StoreError> {
+    resumer: Option<Arc<dyn Resumer>>,
+) -> Result<Recovered, StoreError> {
     let startup = sweep == Sweep::Startup;
     let now = if startup && store.backend() == Backend::Sqlite {
         i64::MAX
@@ -60,17 +85,26 @@ pub async fn close_orphaned_turns(
         now_ms()
     };
     let former = startup.then(|| leases.replica_id());
-    let mut closed = 0;
+    let mut recovered = Recovered::default();
     for message in store.orphaned_turns(now, former).await? {
-        if leases.is_live(&message.id)
-            || !leases.take_orphan(store, &message.id, now, former).await?
-        {
+        if leases.is_live(&message.id) {
             continue;
         }
-        close(store, &message).await?;
-        closed += 1;
+        let Some(takeovers) = leases.take_orphan(store, &message.id, now, former).await? else {
+            continue;
+        };
+        let resumed = match &resumer {
+            Some(resumer) => resumer.clone().resume(&message, takeovers).await?,
+            None => false,
+        };
+        if resumed {
+            recovered.resumed += 1;
+        } else {
+            close(store, &message).await?;
+            recovered.closed += 1;
+        }
     }
-    Ok(closed)
+    Ok(recovered)
 }
 
 /// Close one turn as `interrupted` (its lease is this replica's now).

@@ -80,9 +80,12 @@ impl Runtime {
             })
             .await;
         if let Err(refusal) = asked {
-            thread.stop_following(sink.id());
-            frames.close().await;
-            return Err(refusal);
+            // An owner that died is followed until another replica takes its turn up.
+            if self.turn_taken_over(&thread.id, &remote.replica).await != Owner::Dead {
+                thread.stop_following(sink.id());
+                frames.close().await;
+                return Err(refusal);
+            }
         }
         // Turns that start here later reach this follower as any subscriber's would.
         thread.subscribe(sink.clone());
@@ -158,20 +161,38 @@ impl Runtime {
         }
     }
 
-    /// Whether the followed turn may still go on: another replica holds its lease, or its
-    /// message is still `running` (a dead owner's turn, until a sweep closes it).
-    async fn still_runs_elsewhere(&self, thread_id: &str) -> bool {
+    /// Who runs the thread's turn now that `followed` went quiet.
+    async fn turn_taken_over(&self, thread_id: &str, followed: &str) -> Owner {
         match self.store.turn_owner(thread_id, now_ms()).await {
-            Ok(Some(owner)) => return owner != self.leases.replica_id(),
+            Ok(Some(owner)) if owner == followed => return Owner::Same,
+            Ok(Some(owner)) if owner == self.leases.replica_id() => return Owner::Here,
+            Ok(Some(owner)) => return Owner::Other(owner),
             Ok(None) => {}
             // Cannot tell: keep following.
-            Err(_) => return true,
+            Err(_) => return Owner::Same,
         }
+        // No live lease: a dead owner's turn is still `running` until a sweep takes it.
         match self.store.last_assistant_message(thread_id).await {
-            Ok(message) => message.is_some_and(|m| m.status == "running"),
-            Err(_) => true,
+            Ok(Some(message)) if message.status != "running" => Owner::Ended,
+            Ok(None) => Owner::Ended,
+            _ => Owner::Dead,
         }
     }
+}
+
+/// Who runs a followed turn, asked when its owner went quiet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owner {
+    /// The replica followed: it is only slow.
+    Same,
+    /// Nobody yet: its owner died and no replica has taken it up.
+    Dead,
+    /// This replica took it up: its frames reach the client as any subscriber's.
+    Here,
+    /// Another replica took it up.
+    Other(String),
+    /// It ended.
+    Ended,
 }
 
 /// One client's relay of a turn another replica runs.
@@ -186,7 +207,7 @@ impl Relay {
     /// Relay frames until the turn's final chunk. Should the client leave, the owner is told
     /// to stop sending; should the owner go quiet and lose the turn (it died), the stored
     /// answer ends it instead.
-    async fn run(self, runtime: &Runtime, mut frames: BusFrames, last_seq: u64) {
+    async fn run(mut self, runtime: &Runtime, mut frames: BusFrames, last_seq: u64) {
         let quiet = runtime.leases.heartbeat() * 2;
         let mut seen = last_seq;
         let mut client_left = false;
@@ -211,8 +232,31 @@ impl Relay {
                     client_left = true;
                     break;
                 }
-                None => {
-                    if !runtime.still_runs_elsewhere(&self.thread.id).await {
+                None => match runtime
+                    .turn_taken_over(&self.thread.id, &self.remote.replica)
+                    .await
+                {
+                    Owner::Same | Owner::Dead => {}
+                    Owner::Here => break,
+                    Owner::Other(replica) => {
+                        // Taken up elsewhere: follow it there, from what this client saw
+                        // (asked again after the next quiet spell if that fails).
+                        let next = RemoteTurn {
+                            bus: self.remote.bus.clone(),
+                            replica,
+                        };
+                        let follow = Command::Follow {
+                            user: self.thread.owner.clone(),
+                            thread_id: self.thread.id.to_string(),
+                            last_seq: seen,
+                            inbox: self.inbox.clone(),
+                        };
+                        match next.send(follow).await {
+                            Ok(()) => self.remote = next,
+                            Err(e) => tracing::debug!(error = %e.message, "cannot follow a turn taken up elsewhere yet"),
+                        }
+                    }
+                    Owner::Ended => {
                         if let Err(e) = runtime
                             .answer_from_store(&self.thread, self.sink.as_ref(), seen)
                             .await
@@ -221,7 +265,7 @@ impl Relay {
                         }
                         break;
                     }
-                }
+                },
             }
         }
         frames.close().await;

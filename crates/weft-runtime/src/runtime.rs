@@ -3,7 +3,8 @@
 //! the live threads, per-user limits, metrics — and the shutdown token.
 
 use crate::leases::Leases;
-use crate::recovery::{close_orphaned_turns, spawn_heartbeat, Sweep};
+use crate::leases::Recovery;
+use crate::recovery::{recover_orphaned_turns, spawn_heartbeat, Resumer, Sweep};
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
@@ -129,10 +130,6 @@ impl Runtime {
         store.observe_writes(metrics.clone());
         let fenced = store.backend() == weft_store::Backend::Postgres;
         let leases = Leases::new(&config.cluster, metrics.clone(), fenced);
-        let closed = close_orphaned_turns(&store, &leases, Sweep::Startup).await?;
-        if closed > 0 {
-            tracing::warn!(closed, "closed turns left unfinished");
-        }
         let bus = match config.cluster.nats_url.as_str() {
             "" => None,
             url => Some(
@@ -141,7 +138,6 @@ impl Runtime {
                     .map_err(StartupError::Bus)?,
             ),
         };
-        spawn_heartbeat(&leases, store.clone());
         sync_keys(&config, &store, local_user).await?;
         let workspace = workspace_root(&config)?;
         let assets = Arc::new(asset_store(&config, &store)?);
@@ -205,7 +201,28 @@ impl Runtime {
             .agent
             .validate_tools(|name| runtime.tool_availability(name))
             .map_err(|e| StartupError::Config(format!("[agent] {e}")))?;
+        runtime.recover().await?;
         Ok(runtime)
+    }
+
+    /// Take up (or close) the turns this process's former life, or a dead replica, left
+    /// running, then keep renewing this replica's leases and looking for such turns.
+    async fn recover(self: &Arc<Self>) -> Result<(), StartupError> {
+        let resumes = self.config.cluster.recovery == Recovery::Resume;
+        let resumer: Option<Arc<dyn Resumer>> = resumes.then(|| self.clone() as Arc<dyn Resumer>);
+        let recovered =
+            recover_orphaned_turns(&self.store, &self.leases, Sweep::Startup, resumer).await?;
+        if recovered.resumed + recovered.closed > 0 {
+            tracing::warn!(
+                resumed = recovered.resumed,
+                closed = recovered.closed,
+                "took up turns left unfinished"
+            );
+        }
+        let weak: Weak<Runtime> = Arc::downgrade(self);
+        let resumer: Option<Weak<dyn Resumer>> = resumes.then_some(weak as Weak<dyn Resumer>);
+        spawn_heartbeat(&self.leases, self.store.clone(), resumer);
+        Ok(())
     }
 
     /// An allowed MCP server that has not listed its tools yet.

@@ -22,6 +22,12 @@ pub fn turn_seq_floor(position: i64) -> u64 {
     u64::try_from(position.max(0)).unwrap_or(0) << 26
 }
 
+/// Where the `seq` of a turn taken up again for the `takeovers`th time starts: above every
+/// frame its earlier lives could have sent (2^20 frames each, 63 takeovers at most).
+pub fn resumed_seq_floor(position: i64, takeovers: u32) -> u64 {
+    turn_seq_floor(position) + (u64::from(takeovers.min(63)) << 20)
+}
+
 pub struct ThreadRuntime {
     /// Shared by every frame of the thread.
     pub id: Arc<str>,

@@ -53,8 +53,8 @@ impl Store {
     }
 
     /// Take the lease of a turn nobody runs (see [`Store::orphaned_turns`]) for `owner`
-    /// until `expires_at`; `false` when another replica took it first or its owner renewed
-    /// it meanwhile.
+    /// until `expires_at`: how many times it has now been taken over, or `None` when another
+    /// replica took it first or its owner renewed it meanwhile.
     pub async fn take_lease(
         &self,
         message_id: &str,
@@ -62,26 +62,25 @@ impl Store {
         expires_at: i64,
         now: i64,
         former: Option<&str>,
-    ) -> Result<bool> {
-        let taken = sqlx::query(
-            "UPDATE turn_leases SET owner = $1, expires_at = $2 \
-             WHERE message_id = $3 AND (expires_at < $4 OR owner = $5)",
+    ) -> Result<Option<u32>> {
+        let taken: Option<i64> = sqlx::query_scalar(
+            "UPDATE turn_leases SET owner = $1, expires_at = $2, takeovers = takeovers + 1 \
+             WHERE message_id = $3 AND (expires_at < $4 OR owner = $5) RETURNING takeovers",
         )
         .bind(owner)
         .bind(expires_at)
         .bind(message_id)
         .bind(now)
         .bind(former.unwrap_or(""))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        if taken == 1 {
-            return Ok(true);
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(takeovers) = taken {
+            return Ok(Some(u32::try_from(takeovers).unwrap_or(u32::MAX)));
         }
         // A turn from before leases, or whose lease row is gone: the first to insert one.
         let inserted = sqlx::query(
-            "INSERT INTO turn_leases (message_id, owner, expires_at) \
-             SELECT id, $2, $3 FROM messages WHERE id = $1 AND status = 'running' \
+            "INSERT INTO turn_leases (message_id, owner, expires_at, takeovers) \
+             SELECT id, $2, $3, 1 FROM messages WHERE id = $1 AND status = 'running' \
              ON CONFLICT (message_id) DO NOTHING",
         )
         .bind(message_id)
@@ -90,7 +89,7 @@ impl Store {
         .execute(&self.pool)
         .await?
         .rows_affected();
-        Ok(inserted == 1)
+        Ok((inserted == 1).then_some(1))
     }
 
     /// The replica running the thread's turn now (its lease unexpired at `now`), if any.

@@ -97,10 +97,11 @@ async fn leases(store: &Store) {
         store.renew_leases("a", now + 90_000).await.unwrap(),
         vec!["m1"]
     );
-    assert!(!store
+    assert!(store
         .take_lease("m1", "b", now + 5_000, now, None)
         .await
-        .unwrap());
+        .unwrap()
+        .is_none());
     assert_eq!(store.lease("m1").await.unwrap().unwrap().owner, "a");
 
     // Once it expired it is an orphan; the first taker wins.
@@ -111,18 +112,23 @@ async fn leases(store: &Store) {
         store.take_lease("m1", "c", now + 60_000, now, None)
     );
     assert!(
-        b.unwrap() ^ c.unwrap(),
+        b.unwrap().is_some() ^ c.unwrap().is_some(),
         "exactly one replica takes the lease"
     );
     let taker = store.lease("m1").await.unwrap().unwrap().owner;
+    assert_eq!(
+        store
+            .take_lease("m0", "b", now + 60_000, now, None)
+            .await
+            .unwrap(),
+        Some(1),
+        "taken over once"
+    );
     assert!(store
-        .take_lease("m0", "b", now + 60_000, now, None)
-        .await
-        .unwrap());
-    assert!(!store
         .take_lease("m0", "c", now + 60_000, now, None)
         .await
-        .unwrap());
+        .unwrap()
+        .is_none());
 
     // The old owner renews nothing, and its fenced writes fail alone: the taker's commit.
     assert!(store
@@ -165,10 +171,11 @@ async fn leases(store: &Store) {
         .await
         .unwrap();
     assert_eq!(store.lease("m1").await.unwrap(), None);
-    assert!(!store
+    assert!(store
         .take_lease("m1", "d", now + 60_000, now, None)
         .await
-        .unwrap());
+        .unwrap()
+        .is_none());
     assert_eq!(orphans(now, None).await, Vec::<String>::new());
     // A fence on an ended turn fails.
     let late = store

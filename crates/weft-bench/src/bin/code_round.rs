@@ -115,6 +115,7 @@ fn spec(code: bool, toolbelt: &Toolbelt, mode: &dyn ExecutionMode) -> TurnSpec {
         planner: None,
         context_window: 128_000,
         artifacts: None,
+        resume: None,
     }
 }
 

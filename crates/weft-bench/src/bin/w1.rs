@@ -215,6 +215,7 @@ impl Bench {
             planner: None,
             context_window: 128_000,
             artifacts: None,
+            resume: None,
         }
     }
 

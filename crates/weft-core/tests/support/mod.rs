@@ -55,6 +55,10 @@ pub struct Harness {
     pub planner: Option<weft_core::PlannerSpec>,
     pub context_window: u64,
     pub artifacts: Option<Arc<dyn weft_core::Artifacts>>,
+    /// Take the turn up from here (the history is `earlier` and the user's message).
+    pub resume: Option<weft_core::Resume>,
+    /// History after the user's message (a resumed turn's rounds so far).
+    pub extra_history: Vec<ChatMessage>,
 }
 
 /// A recorder that keeps a line per recorded round, for asserting the record.
@@ -112,6 +116,8 @@ impl Harness {
             planner: None,
             context_window: 128_000,
             artifacts: None,
+            resume: None,
+            extra_history: Vec::new(),
         }
     }
 
@@ -145,6 +151,7 @@ impl Harness {
                 .iter()
                 .cloned()
                 .chain([ChatMessage::user(self.user.as_str())])
+                .chain(self.extra_history.iter().cloned())
                 .collect(),
             toolbelt: Toolbelt::new(self.tools.clone()),
             config: Arc::new(self.config.clone()),
@@ -159,6 +166,7 @@ impl Harness {
             planner: self.planner.clone(),
             context_window: self.context_window,
             artifacts: self.artifacts.clone(),
+            resume: self.resume.clone(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! `TurnLog`: a turn's conversation record on its way to the database, not awaited (the
-//! loop goes on while commits are in flight) except before a person is asked to approve. A response is held until its round's results
+//! loop goes on while commits are in flight) except before a person is asked to approve and
+//! before a call that may change something runs. A response is held until its round's results
 //! come, so a round is one write; a turn has at most one write in flight, and rounds that
 //! complete meanwhile go out together when it lands (a round per commit when the database
 //! keeps up, bigger writes when it does not). Anything held, and root-level text still
@@ -84,6 +85,26 @@ impl TurnLog {
             failure: Arc::default(),
             state: Mutex::default(),
             landed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// A resumed turn's log: its items go on from `next_position`, its provider calls from
+    /// the `model_calls` already on record.
+    pub fn continue_from(&self, next_position: i64, model_calls: u32) {
+        let mut state = self.state.lock();
+        state.next_position = next_position;
+        state.model_calls = model_calls;
+    }
+
+    /// Resolves once everything held so far is committed; the error says why it was not.
+    fn kept(&self) -> Stored {
+        let me = self.me.clone();
+        Box::pin(async move {
+            let Some(log) = me.upgrade() else {
+                return Err("the turn has ended".to_owned());
+            };
+            log.settled().await;
+            log.failure().map_or(Ok(()), Err)
         })
     }
 
@@ -307,14 +328,14 @@ impl Recorder for TurnLog {
             injected_args: (!request.injected.is_empty())
                 .then(|| Value::Object(request.injected.clone()).to_string()),
         }));
-        let me = self.me.clone();
-        Box::pin(async move {
-            let Some(log) = me.upgrade() else {
-                return Err("the turn has ended".to_owned());
-            };
-            log.settled().await;
-            log.failure().map_or(Ok(()), Err)
-        })
+        self.kept()
+    }
+
+    /// The response asking for a call that may change something goes out first (with
+    /// everything held), so a restart knows the call may have run.
+    fn before_effect(&self) -> Stored {
+        self.flush();
+        self.kept()
     }
 
     fn approval_resolved(&self, id: &str, outcome: ApprovalOutcome) {

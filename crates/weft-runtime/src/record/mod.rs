@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod history;
 mod log;
+pub mod resume_point;
 pub mod views;
 
 pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};

@@ -9,6 +9,7 @@ mod compose;
 mod media;
 mod request;
 mod resolve;
+mod resume;
 mod start;
 mod task;
 mod workflow;

@@ -128,6 +128,7 @@ impl Runtime {
             toolbelt,
             system_prompt,
             slot,
+            resumed: None,
         });
         Ok(started)
     }

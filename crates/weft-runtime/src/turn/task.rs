@@ -21,9 +21,10 @@ use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
 use crate::persist::{end_status, finish_turn, running_message, TurnRecord};
 use crate::record::history::provider_history;
+use crate::record::resume_point::ResumePoint;
 use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 use crate::runtime::Runtime;
-use crate::threads::{turn_seq_floor, ThreadRuntime};
+use crate::threads::{resumed_seq_floor, turn_seq_floor, ThreadRuntime};
 
 /// Everything a turn's task starts from.
 pub(super) struct Launch {
@@ -41,6 +42,33 @@ pub(super) struct Launch {
     pub toolbelt: Toolbelt,
     pub system_prompt: String,
     pub slot: TurnSlot,
+    /// Where a turn taken up after its process died goes on from; `None`: a new turn.
+    pub resumed: Option<Resumed>,
+}
+
+/// A turn taken up again: its record so far, its history, its place.
+pub(super) struct Resumed {
+    pub point: ResumePoint,
+    /// The thread's history up to the turn's user message, then the turn's rounds.
+    pub history: Vec<ChatMessage>,
+    /// The assistant message's place in the thread, and when the turn started.
+    pub position: i64,
+    pub started_at: i64,
+    /// How many times it has been taken over (its frames number above the earlier lives').
+    pub takeovers: u32,
+}
+
+/// How the turn's task begins.
+enum Begin {
+    /// Write its start (the thread when new, the user message, the running message, the
+    /// lease), then announce it.
+    New {
+        new_thread: Option<ThreadRow>,
+        user_message: NewMessage,
+        lease_row: WriteOp,
+    },
+    /// Go on from the record.
+    Resumed(Resumed),
 }
 
 struct TurnTask {
@@ -82,9 +110,16 @@ impl Runtime {
             toolbelt,
             system_prompt,
             slot,
+            resumed,
         } = launch;
         let thread = claim.runtime;
-        let (lease, lease_row) = self.leases.take(&claim.message_id, claim.cancel.clone());
+        let (lease, lease_row) = match &resumed {
+            Some(_) => (self.leases.adopt(&claim.message_id, claim.cancel.clone()), None),
+            None => {
+                let (lease, row) = self.leases.take(&claim.message_id, claim.cancel.clone());
+                (lease, Some(row))
+            }
+        };
         let log = TurnLog::new(
             self.store.clone(),
             &thread.id,
@@ -98,6 +133,11 @@ impl Runtime {
             let (runtime, thread) = (self.clone(), thread.clone());
             EventSink::callback(Box::new(move |event| forward(&runtime, &thread, event)))
         };
+        if let Some(resumed) = &resumed {
+            log.continue_from(resumed.point.next_position, resumed.point.model_calls);
+            // The calls of its earlier lives stay in the turn's tree.
+            events.seed(&resumed.point.earlier_calls);
+        }
         let spec = TurnSpec::new(setup.provider, setup.model, setup.agent.clone())
             .system_prompt(system_prompt)
             .toolbelt(toolbelt)
@@ -109,7 +149,8 @@ impl Runtime {
             .recorder(log.clone())
             .planner(setup.planner)
             .context_window(setup.context_window)
-            .artifacts(Some(self.assets.clone()));
+            .artifacts(Some(self.assets.clone()))
+            .resume(resumed.as_ref().map(|r| r.point.resume.clone()));
         let user_message = NewMessage {
             id: new_id(),
             thread_id: thread.id.to_string(),
@@ -142,35 +183,51 @@ impl Runtime {
             mode_name,
             _slot: slot,
         };
-        self.turns
-            .spawn(task.run(claim.new_thread, user_message, lease_row, spec, mode));
+        let begin = match (resumed, lease_row) {
+            (Some(resumed), _) => Begin::Resumed(resumed),
+            (None, Some(lease_row)) => Begin::New {
+                new_thread: claim.new_thread,
+                user_message,
+                lease_row,
+            },
+            (None, None) => unreachable!("a new turn always takes a lease row"),
+        };
+        self.turns.spawn(task.run(begin, spec, mode));
     }
 }
 
 impl TurnTask {
-    async fn run(
-        self,
-        new_thread: Option<ThreadRow>,
-        user_message: NewMessage,
-        lease_row: WriteOp,
-        mut spec: TurnSpec,
-        mode: Arc<dyn ExecutionMode>,
-    ) {
+    async fn run(self, begin: Begin, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
         self.runtime.metrics.active_turns.inc();
         let model = spec.model.clone();
         let max_history_tokens = spec.config.max_history_tokens;
         // The turn's frames wait behind `turn_started`, which waits for the start's commit.
         self.thread.hold_frames();
-        match self
-            .begin(
+        let begun = match begin {
+            Begin::New {
                 new_thread,
                 user_message,
                 lease_row,
-                &model,
-                max_history_tokens,
-            )
-            .await
-        {
+            } => {
+                self.begin(
+                    new_thread,
+                    user_message,
+                    lease_row,
+                    &model,
+                    max_history_tokens,
+                )
+                .await
+            }
+            Begin::Resumed(resumed) if resumed.point.answered => {
+                let (_, record) = self.take_up(resumed);
+                let outcome = answered_outcome(&spec);
+                self.finish(outcome, &record).await;
+                self.end_task();
+                return;
+            }
+            Begin::Resumed(resumed) => Ok(self.take_up(resumed)),
+        };
+        match begun {
             Ok((history, record)) => {
                 spec.history = history;
                 self.drive(spec, mode, record).await;
@@ -185,9 +242,51 @@ impl TurnTask {
                 self.publish_done();
             }
         }
+        self.end_task();
+    }
+
+    fn end_task(&self) {
         self.runtime.leases.release(&self.message_id);
         self.thread.end();
         self.runtime.metrics.active_turns.dec();
+    }
+
+    /// Go on from the record: the drafts of a cut response emptied, then `turn_resumed` (the
+    /// answer so far) out at once, numbered above the earlier lives' frames, and the turn
+    /// announced to the other replicas.
+    fn take_up(&self, resumed: Resumed) -> (Vec<ChatMessage>, TurnRecord<'_>) {
+        let Resumed {
+            point,
+            history,
+            position,
+            started_at,
+            takeovers,
+        } = resumed;
+        let record = TurnRecord {
+            thread_id: &self.thread.id,
+            message_id: &self.message_id,
+            user_id: &self.user_id,
+            permission_mode: self.permission_mode,
+            position,
+            started_at,
+            agent: &self.agent_name,
+            mode: &self.mode_name,
+        };
+        if !point.emptied.is_empty() {
+            self.log.submit(WriteOp::Items(point.emptied));
+        }
+        let resumed = ServerEvent::TurnResumed {
+            message_id: self.message_id.clone(),
+            content: point.resume.text,
+            permission_mode: self.permission_mode,
+            mode: self.mode_name.clone(),
+        };
+        self.thread
+            .release_frames(Some(resumed), resumed_seq_floor(position, takeovers));
+        if let Some(bus) = &self.runtime.bus {
+            bus.announce_turn(&self.thread.id);
+        }
+        (history, record)
     }
 
     /// Read the history (an existing thread's record, pruned to the agent's
@@ -394,6 +493,35 @@ impl TurnTask {
     fn publish_error(&self, code: ErrorCode, message: String) {
         self.runtime.metrics.error(code);
         self.thread.publish(ServerEvent::error(code, message, None));
+    }
+}
+
+/// The outcome of a turn whose final answer was on record when its process died: that
+/// answer, its spending, the tree of its calls.
+fn answered_outcome(spec: &TurnSpec) -> TurnOutcome {
+    let resume = spec.resume.clone().unwrap_or_default();
+    let spent = resume.spent;
+    let (tree, tool_calls) = spec.events.take_tree();
+    TurnOutcome {
+        text: resume.text,
+        end: TurnEnd::Completed,
+        tree,
+        tool_calls,
+        totals: weft_core::UsageTotals {
+            llm_calls: spent.llm_calls,
+            tool_calls: spent.tool_calls,
+            subtasks: spent.subtasks,
+            input_tokens: spent.input_tokens,
+            output_tokens: spent.output_tokens,
+            result_bytes: spent.result_bytes,
+            cost_usd: spent.cost_usd,
+        },
+        provider: spec.provider.name().to_owned(),
+        model: spec.model.clone(),
+        model_calls: Vec::new(),
+        history: Vec::new(),
+        plan: None,
+        attachments: Vec::new(),
     }
 }
 

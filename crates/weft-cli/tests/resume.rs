@@ -1,0 +1,321 @@
+//! Turns that outlive their process (`[cluster] recovery = "resume"`, the default): the real
+//! `weft` process killed with `kill -9` mid-turn and restarted on the same database takes its
+//! turns up from their last completed round. Each round's text is kept once, no call that may
+//! have acted runs twice, a pending approval is asked again (same id) and answered, and a
+//! client that resumes with its `last_seq` gets the rest of the turn numbered after what it
+//! saw. On SQLite and on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{chat, is_done, send, until, Db, Server, NO_USER_LIMITS};
+
+/// One replica, restarted under the same id: it takes up what its former life left at once.
+async fn start(db: &Db, script: &Value) -> Server {
+    start_with(db, script, "").await
+}
+
+/// [`start`] with more settings (TOML sections after `[cluster]`).
+async fn start_with(db: &Db, script: &Value, more: &str) -> Server {
+    Server::start_with(
+        db,
+        script,
+        &format!("{NO_USER_LIMITS}[cluster]\nreplica_id = \"one\"\n{more}"),
+    )
+    .await
+}
+
+/// Kill the server once the client has seen `write_file`'s result for `path`: the thread and
+/// the last `seq` the client saw.
+async fn kill_after_writing(server: Server, ws: &mut support::Ws, path: &str) -> (String, u64) {
+    let frames = until(ws, |f| {
+        f["type"] == "tool_call_update"
+            && f["status"] == "end"
+            && f["result"].as_str().is_some_and(|r| r.ends_with(path))
+    })
+    .await;
+    server.kill().await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    let last_seq = frames.iter().filter_map(|f| f["seq"].as_u64()).max().unwrap();
+    (thread, last_seq)
+}
+
+/// Six rounds, each some text then a file written, then the answer.
+fn rounds_script() -> Value {
+    let mut steps: Vec<Value> = (0..6)
+        .map(|r| {
+            json!({"chunks": [format!("r{r} ")], "delay_ms": 150, "tool_calls": [
+                {"name": "write_file", "arguments": {"path": format!("f{r}.md"), "content": format!("round {r}")}}]})
+        })
+        .collect();
+    steps.push(json!({"text": "done", "repeat": true}));
+    json!({"conversations": [{"match": "*", "steps": steps}]})
+}
+
+/// The results the thread's record holds, as (tool, result) pairs in order.
+fn results(items: &Value) -> Vec<(String, String)> {
+    items
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "tool_result")
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap().to_owned(),
+                i["result"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn killed_mid_turn(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let script = rounds_script();
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, json!({"command": "chat_message", "data": {"content": "write six files", "permission_mode": "auto"}})).await;
+    let (thread, last_seq) = kill_after_writing(server, &mut ws, "f2.md").await;
+
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let seqs: Vec<u64> = frames.iter().filter_map(|f| f["seq"].as_u64()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(seqs[0] > last_seq, "{seqs:?} after {last_seq}");
+    let resumed = frames
+        .iter()
+        .find(|f| f["type"] == "turn_resumed")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    let so_far = resumed["content"].as_str().unwrap();
+    assert!(so_far.starts_with("r0 r1 r2 "), "{so_far:?}");
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{message}");
+    assert_eq!(message["message"]["content"], "r0 r1 r2 r3 r4 r5 done");
+    let nodes = message["message"]["execution_tree"]["nodes"]
+        .as_array()
+        .unwrap();
+    assert_eq!(nodes.len(), 6, "one node per call, earlier lives' included");
+
+    // Each file written once at most: a call cut mid-way was not run again.
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    let results = results(&items);
+    assert_eq!(results.len(), 6, "{results:?}");
+    let mut written = 0;
+    for (r, (name, result)) in results.iter().enumerate() {
+        assert_eq!(name, "write_file");
+        let path = format!("f{r}.md");
+        let file = db.dir.path().join("workspace/local").join(&path);
+        if result.contains(&path) && !result.starts_with("interrupted") {
+            written += 1;
+            assert!(file.exists(), "{}", file.display());
+        } else {
+            assert!(result.starts_with("interrupted: the server stopped"), "{result}");
+        }
+    }
+    assert!(written >= 5, "{results:?}");
+
+    // The thread goes on.
+    send(&mut ws, chat("and now?", Some(&thread))).await;
+    let frames = until(&mut ws, is_done).await;
+    assert!(frames.iter().any(|f| f["type"] == "message"), "{frames:?}");
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_turn_killed_mid_way_goes_on_after_a_restart_on_sqlite() {
+    killed_mid_turn(false).await;
+}
+
+#[tokio::test]
+async fn a_turn_killed_mid_way_goes_on_after_a_restart_on_postgres() {
+    killed_mid_turn(true).await;
+}
+
+async fn approval_survives(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["Saving your notes. "], "tool_calls": [
+            {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}}]},
+        {"text": "Saved."}]}]});
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("save my notes", None)).await;
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    let call = frames.last().unwrap()["tool_call_id"].clone();
+    let last_seq = frames.iter().filter_map(|f| f["seq"].as_u64()).max().unwrap();
+    server.kill().await;
+
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    assert_eq!(frames.last().unwrap()["tool_call_id"], call, "the same approval");
+    let resumed = frames.iter().find(|f| f["type"] == "turn_resumed").unwrap();
+    assert_eq!(resumed["content"], "Saving your notes. ");
+    send(
+        &mut ws,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed");
+    assert_eq!(message["message"]["content"], "Saving your notes. Saved.");
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    let results = results(&items);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(!results[0].1.starts_with("interrupted"), "{results:?}");
+    let store = weft_store::Store::connect(&db.url).await.unwrap();
+    let approvals = store.approvals(&thread).await.unwrap();
+    assert_eq!(approvals.len(), 1);
+    assert_eq!(approvals[0].status, "approved");
+    store.close().await;
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_pending_approval_survives_a_restart_on_sqlite() {
+    approval_survives(false).await;
+}
+
+#[tokio::test]
+async fn a_pending_approval_survives_a_restart_on_postgres() {
+    approval_survives(true).await;
+}
+
+async fn budget_holds(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let script = rounds_script();
+    let limit = "[agent]\nmax_total_tool_calls = 5\n";
+    let server = start_with(&db, &script, limit).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, json!({"command": "chat_message", "data": {"content": "write six files", "permission_mode": "auto"}})).await;
+    // Killed after 3 of its 5 calls: it runs at most 2 more.
+    let (thread, last_seq) = kill_after_writing(server, &mut ws, "f2.md").await;
+
+    let server = start_with(&db, &script, limit).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let trip = frames
+        .iter()
+        .find(|f| f["type"] == "budget_exceeded")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(trip["reason"], "tool_calls");
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "budget_exceeded");
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    let written = results(&items)
+        .iter()
+        .filter(|(_, r)| r.starts_with("wrote"))
+        .count();
+    assert_eq!(written, 5, "{:?}", results(&items));
+    let workspace = db.dir.path().join("workspace/local");
+    assert!(workspace.join("f4.md").exists());
+    assert!(!workspace.join("f5.md").exists());
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_resumed_turn_keeps_its_budget_on_sqlite() {
+    budget_holds(false).await;
+}
+
+#[tokio::test]
+async fn a_resumed_turn_keeps_its_budget_on_postgres() {
+    budget_holds(true).await;
+}
+
+/// Cut inside a subtask that had written a file: the subtask is not run again (its call
+/// says it may or may not have taken effect), so the file is written once; the turn goes on.
+async fn cut_in_a_subtask(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let script = json!({"conversations": [
+        {"match": "careful work", "steps": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "once.md", "content": "x"}}]},
+            {"text": "child done", "delay_ms": 3000}]},
+        {"match": "*", "steps": [
+            {"chunks": ["delegating "], "tool_calls": [{"name": "run_subtask", "arguments": {"title": "t", "instructions": "careful work"}}]},
+            {"text": "all done", "repeat": true}]}]});
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, json!({"command": "chat_message", "data": {"content": "go", "permission_mode": "auto"}})).await;
+    let (thread, last_seq) = kill_after_writing(server, &mut ws, "once.md").await;
+
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{message}");
+    assert_eq!(message["message"]["content"], "delegating all done");
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    let results = results(&items);
+    let writes = results.iter().filter(|(n, _)| n == "write_file").count();
+    assert!(writes <= 1, "{results:?}");
+    let subtask = results.iter().find(|(n, _)| n == "run_subtask").unwrap();
+    assert!(subtask.1.starts_with("interrupted: the server stopped"), "{results:?}");
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_turn_cut_inside_a_subtask_never_runs_it_twice_on_sqlite() {
+    cut_in_a_subtask(false).await;
+}
+
+#[tokio::test]
+async fn a_turn_cut_inside_a_subtask_never_runs_it_twice_on_postgres() {
+    cut_in_a_subtask(true).await;
+}
+
+/// Killed before its first round was on record: the turn a client saw start goes on from its
+/// user message.
+#[tokio::test]
+async fn a_turn_killed_before_its_first_round_starts_over() {
+    let db = Db::new(false).await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["slowly "], "delay_ms": 1500}, {"text": "again"}]}]});
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("keep this message", None)).await;
+    let started = until(&mut ws, |f| f["type"] == "turn_started").await;
+    let thread = started[0]["thread_id"].as_str().unwrap().to_owned();
+    server.kill().await;
+
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{frames:?}");
+    assert_eq!(message["message"]["content"], "slowly ");
+    server.stop().await;
+    db.drop_database().await;
+}

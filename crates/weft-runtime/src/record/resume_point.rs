@@ -1,0 +1,372 @@
+//! Where a turn whose process died goes on from, read from its record: the rounds it
+//! completed (for the history), the text they streamed, what it spent, the round it was cut
+//! in, and the drafts of a response that was cut while streaming (emptied: that response is
+//! asked for again, so its text is never kept twice).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use weft_core::{Call, ChatMessage, CutCall, Resume, Spent, ToolCallRequest};
+use weft_protocol::{RecordEntry, ServerEvent, ToolCallStatus};
+use weft_store::{ApprovalRow, ItemRow, ModelCallRow};
+
+use super::{entries, entry_row, ItemPlace};
+
+/// A cut turn as its record leaves it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumePoint {
+    pub resume: Resume,
+    /// The turn's rounds after its user message, the cut round's response last.
+    pub tail: Vec<ChatMessage>,
+    /// Its final answer is on record: it was cut while being saved, and only ends.
+    pub answered: bool,
+    /// Root drafts of a response cut while streaming, emptied.
+    pub emptied: Vec<ItemRow>,
+    /// Where its next item goes.
+    pub next_position: i64,
+    /// How many provider calls it has on record (their rows are numbered by it).
+    pub model_calls: u32,
+    /// Its calls on record (but the cut round's, which open again) as `tool_call_update`
+    /// events, for its execution tree.
+    pub earlier_calls: Vec<ServerEvent>,
+}
+
+/// Read the turn's record: its `items` (every depth, in order), the thread's `approvals`, the
+/// turn's `model_calls` and when it started (Unix ms).
+pub fn resume_point(
+    items: &[ItemRow],
+    approvals: &[ApprovalRow],
+    model_calls: &[ModelCallRow],
+    started_at: i64,
+) -> ResumePoint {
+    let is_draft = |item: &ItemRow| {
+        item.depth == 0
+            && entries(item)
+                .iter()
+                .any(|e| matches!(e, RecordEntry::Assistant { partial: true, .. }))
+    };
+    let (drafts, kept): (Vec<&ItemRow>, Vec<&ItemRow>) = items.iter().partition(|i| is_draft(i));
+    let root: Vec<RecordEntry> = kept
+        .iter()
+        .filter(|i| i.depth == 0)
+        .flat_map(|i| entries(i))
+        .collect();
+    let (tail, cut_calls, answered) = rounds(&root);
+    let pending: Vec<&ApprovalRow> = approvals.iter().filter(|a| a.status == "pending").collect();
+    let cut: Vec<CutCall> = cut_calls
+        .into_iter()
+        .map(|call| CutCall {
+            asked_at_ms: pending
+                .iter()
+                .find(|a| a.id == call.wire_id)
+                .map(|a| a.created_at),
+            started: kept.iter().any(|i| {
+                i.parent_id
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with(&call.wire_id))
+            }),
+            call,
+        })
+        .collect();
+    let text = root
+        .iter()
+        .filter_map(|e| match e {
+            RecordEntry::Assistant { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let emptied = drafts.iter().map(|d| emptied_draft(d)).collect();
+    let earlier_calls = call_events(&kept, &cut);
+    ResumePoint {
+        resume: Resume {
+            text,
+            spent: spent(&kept, approvals, model_calls, started_at),
+            cut,
+        },
+        tail,
+        answered,
+        emptied,
+        next_position: items.iter().map(|i| i.position + 1).max().unwrap_or(0),
+        model_calls: u32::try_from(model_calls.len()).unwrap_or(u32::MAX),
+        earlier_calls,
+    }
+}
+
+/// The calls on record, as the `tool_call_update` events that built their tree nodes; the
+/// cut round's calls are left to the resumed turn.
+fn call_events(items: &[&ItemRow], cut: &[CutCall]) -> Vec<ServerEvent> {
+    let is_cut = |id: &str| cut.iter().any(|c| c.call.wire_id == id);
+    let mut events = Vec::new();
+    for item in items {
+        let depth = u32::try_from(item.depth).unwrap_or(0);
+        for entry in entries(item) {
+            match entry {
+                RecordEntry::Assistant { tool_calls, .. } => {
+                    events.extend(tool_calls.into_iter().filter(|c| !is_cut(&c.id)).map(|c| {
+                        let args = serde_json::from_str(&c.arguments)
+                            .unwrap_or(serde_json::Value::String(c.arguments));
+                        ServerEvent::ToolCallUpdate {
+                            tool_call_id: c.id,
+                            name: c.name,
+                            status: ToolCallStatus::Start,
+                            args: Some(args),
+                            result: None,
+                            is_error: None,
+                            parent_id: item.parent_id.clone(),
+                            depth,
+                            metadata: None,
+                        }
+                    }));
+                }
+                RecordEntry::ToolResult {
+                    tool_call_id,
+                    name,
+                    result,
+                    is_error,
+                    metadata,
+                    ..
+                } => events.push(ServerEvent::ToolCallUpdate {
+                    tool_call_id,
+                    name,
+                    status: ToolCallStatus::End,
+                    args: None,
+                    result: Some(result),
+                    is_error: Some(is_error),
+                    parent_id: item.parent_id.clone(),
+                    depth,
+                    metadata: metadata.map(Box::new),
+                }),
+                _ => {}
+            }
+        }
+    }
+    events
+}
+
+/// The root rounds as history, the calls of a last response that has no results (the cut
+/// round), and whether the last response is a final answer.
+fn rounds(root: &[RecordEntry]) -> (Vec<ChatMessage>, Vec<Call>, bool) {
+    let mut tail = Vec::new();
+    let mut open: Vec<Call> = Vec::new();
+    let mut answered = false;
+    for entry in root {
+        match entry {
+            RecordEntry::Assistant {
+                text, tool_calls, ..
+            } => {
+                open = tool_calls
+                    .iter()
+                    .map(|c| Call {
+                        wire_id: c.id.clone(),
+                        request: ToolCallRequest {
+                            id: c.call_id.clone(),
+                            name: c.name.clone(),
+                            arguments: c.arguments.clone(),
+                        },
+                    })
+                    .collect();
+                answered = open.is_empty();
+                let requests = open.iter().map(|c| c.request.clone()).collect();
+                tail.push(ChatMessage::assistant(text.clone(), requests));
+            }
+            RecordEntry::ToolResult {
+                tool_call_id,
+                call_id,
+                result,
+                is_error,
+                ..
+            } => {
+                if open.iter().any(|c| &c.wire_id == tool_call_id) {
+                    tail.push(ChatMessage::tool_result(
+                        call_id.clone(),
+                        result.clone(),
+                        *is_error,
+                    ));
+                    open.retain(|c| &c.wire_id != tool_call_id);
+                }
+            }
+            RecordEntry::Summary { .. } | RecordEntry::User { .. } | RecordEntry::Subtask { .. } => {
+            }
+        }
+    }
+    (tail, open, answered)
+}
+
+/// What the turn spent, from its record: provider calls with their tokens and cost, tool
+/// results and their bytes, subtasks, streamed text, and the wall clock up to its last
+/// recorded step (waits for a person left out).
+fn spent(
+    items: &[&ItemRow],
+    approvals: &[ApprovalRow],
+    model_calls: &[ModelCallRow],
+    started_at: i64,
+) -> Spent {
+    let all: Vec<RecordEntry> = items.iter().flat_map(|i| entries(i)).collect();
+    let results: Vec<&String> = all
+        .iter()
+        .filter_map(|e| match e {
+            RecordEntry::ToolResult { result, .. } => Some(result),
+            _ => None,
+        })
+        .collect();
+    let subtasks: HashSet<&str> = items
+        .iter()
+        .filter(|i| i.depth > 0)
+        .filter_map(|i| i.parent_id.as_deref())
+        .collect();
+    let last = items
+        .iter()
+        .map(|i| i.created_at)
+        .chain(model_calls.iter().map(|m| m.created_at))
+        .max()
+        .unwrap_or(started_at);
+    let waited: i64 = approvals
+        .iter()
+        .filter(|a| a.created_at >= started_at)
+        .map(|a| a.decided_at.unwrap_or(last).min(last) - a.created_at)
+        .filter(|w| *w > 0)
+        .sum();
+    let elapsed = u64::try_from(last - started_at - waited).unwrap_or(0);
+    Spent {
+        llm_calls: model_calls.len() as u64,
+        tool_calls: results.len() as u64,
+        subtasks: subtasks.len() as u64,
+        input_tokens: model_calls.iter().map(|m| m.input_tokens.max(0) as u64).sum(),
+        output_tokens: model_calls.iter().map(|m| m.output_tokens.max(0) as u64).sum(),
+        cost_usd: model_calls.iter().map(|m| m.cost_usd).sum(),
+        result_bytes: results.iter().map(|r| r.len() as u64).sum(),
+        output_bytes: all
+            .iter()
+            .filter_map(|e| match e {
+                RecordEntry::Assistant { text, .. } => Some(text.len() as u64),
+                _ => None,
+            })
+            .sum(),
+        elapsed: Duration::from_millis(elapsed),
+    }
+}
+
+/// A draft of a cut response with its text gone (the same row, so it stays one).
+fn emptied_draft(draft: &ItemRow) -> ItemRow {
+    let place = ItemPlace {
+        thread_id: &draft.thread_id,
+        message_id: &draft.message_id,
+        position: draft.position,
+        parent_id: None,
+        depth: 0,
+    };
+    let empty = RecordEntry::Assistant {
+        id: None,
+        text: String::new(),
+        tool_calls: Vec::new(),
+        partial: true,
+    };
+    entry_row(place, &empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_protocol::RecordedCall;
+
+    use super::super::results_row;
+    use super::*;
+
+    fn place(position: i64, parent_id: Option<&str>, depth: u32) -> ItemPlace<'_> {
+        ItemPlace {
+            thread_id: "t",
+            message_id: "m",
+            position,
+            parent_id,
+            depth,
+        }
+    }
+
+    fn response(text: &str, calls: &[(&str, &str)], partial: bool) -> RecordEntry {
+        RecordEntry::Assistant {
+            id: None,
+            text: text.to_owned(),
+            tool_calls: calls
+                .iter()
+                .map(|(id, name)| RecordedCall {
+                    id: (*id).to_owned(),
+                    call_id: format!("p{id}"),
+                    name: (*name).to_owned(),
+                    arguments: "{}".to_owned(),
+                })
+                .collect(),
+            partial,
+        }
+    }
+
+    fn result(id: &str, name: &str) -> RecordEntry {
+        RecordEntry::ToolResult {
+            tool_call_id: id.to_owned(),
+            call_id: format!("p{id}"),
+            name: name.to_owned(),
+            result: "ok".to_owned(),
+            is_error: false,
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn a_cut_round_and_a_cut_draft_are_read_back() {
+        let items = vec![
+            entry_row(place(0, None, 0), &response("one ", &[("a", "look")], false)),
+            results_row(place(1, None, 0), &[result("a", "look")]),
+            entry_row(
+                place(2, None, 0),
+                &response("two ", &[("b", "write_file"), ("c", "run_subtask")], false),
+            ),
+            entry_row(place(3, Some("c"), 1), &response("", &[("d", "look")], false)),
+            results_row(place(4, Some("c"), 1), &[result("d", "look")]),
+        ];
+        let asked = ApprovalRow {
+            id: "b".into(),
+            thread_id: "t".into(),
+            tool: "write_file".into(),
+            arguments: "{}".into(),
+            status: "pending".into(),
+            created_at: 5,
+            decided_at: None,
+            injected_args: None,
+        };
+        let point = resume_point(&items, &[asked], &[], 0);
+        assert_eq!(point.resume.text, "one two ");
+        assert!(!point.answered);
+        assert_eq!(point.next_position, 5);
+        let cut: Vec<(&str, Option<i64>, bool)> = point
+            .resume
+            .cut
+            .iter()
+            .map(|c| (c.call.wire_id.as_str(), c.asked_at_ms, c.started))
+            .collect();
+        assert_eq!(cut, [("b", Some(5), false), ("c", None, true)]);
+        assert_eq!(point.tail.len(), 3, "one round with its result, then the cut response");
+        assert_eq!(point.resume.spent.tool_calls, 2);
+        assert_eq!(point.resume.spent.subtasks, 1);
+        // Four tree events: a and d start and end; the cut calls open again.
+        assert_eq!(point.earlier_calls.len(), 4);
+
+        // Cut while streaming its next response: that draft is emptied, the round before
+        // is complete.
+        let mut drafted = items[..2].to_vec();
+        drafted.push(entry_row(place(2, None, 0), &response("tw", &[], true)));
+        let point = resume_point(&drafted, &[], &[], 0);
+        assert_eq!(point.resume.text, "one ");
+        assert!(point.resume.cut.is_empty());
+        assert!(!point.answered);
+        assert_eq!(point.emptied.len(), 1);
+        assert_eq!(point.emptied[0].position, 2);
+        assert_eq!(root_text_of(&point.emptied), "");
+
+        // Its final answer on record: it only ends.
+        let mut answered = items[..2].to_vec();
+        answered.push(entry_row(place(2, None, 0), &response("done", &[], false)));
+        assert!(resume_point(&answered, &[], &[], 0).answered);
+    }
+
+    fn root_text_of(items: &[ItemRow]) -> String {
+        crate::record::views::root_text(items)
+    }
+}

@@ -1,0 +1,143 @@
+//! Taking up a turn whose process died (this replica took its lease): its thread, agent,
+//! model, permission mode and execution mode as they were, its history rebuilt from the
+//! record, then the turn's task goes on from its last completed round. Only `classic`
+//! turns go on; a workflow run, a media generation or a code-mode turn is closed instead.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use weft_core::TokenCounter;
+use weft_protocol::{MessageContent, PermissionMode};
+use weft_store::{MessageRow, StoreError};
+
+use super::request::{Route, TurnRequest};
+use super::start::Claim;
+use super::task::{Launch, Resumed};
+use crate::record::history::provider_history;
+use crate::record::resume_point::resume_point;
+use crate::recovery::Resumer;
+use crate::runtime::Runtime;
+
+/// The only execution mode whose turns go on after a restart.
+const RESUMABLE_MODE: &str = "classic";
+
+#[async_trait::async_trait]
+impl Resumer for Runtime {
+    async fn resume(
+        self: Arc<Self>,
+        message: &MessageRow,
+        takeovers: u32,
+    ) -> Result<bool, StoreError> {
+        let store = &self.store;
+        let Some(thread) = store.thread(&message.thread_id).await? else {
+            return Ok(false);
+        };
+        let metadata: serde_json::Value = message
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
+        if metadata["mode"].as_str() != Some(RESUMABLE_MODE) {
+            return Ok(false);
+        }
+        let Ok(mode) = self.modes.get(Some(RESUMABLE_MODE)) else {
+            return Ok(false);
+        };
+        let messages = store.messages(&thread.id).await?;
+        let Some(asked) = messages
+            .iter()
+            .rev()
+            .find(|m| m.position < message.position && m.role == "user")
+        else {
+            return Ok(false);
+        };
+        let content: MessageContent = serde_json::from_value(asked.content.clone())
+            .unwrap_or_else(|_| MessageContent::Text(asked.content.to_string()));
+        let permission_mode = message
+            .permission_mode
+            .as_deref()
+            .and_then(PermissionMode::parse)
+            .unwrap_or_default();
+        let mut request = TurnRequest::chat(content);
+        request.thread_id = Some(thread.id.clone());
+        request.route = Route::Chat {
+            mode: Some(RESUMABLE_MODE.to_owned()),
+        };
+        request.permission_mode = Some(permission_mode);
+        let user = thread.owner.clone();
+        let setup = match self.setup(&user, &request, Some(&thread)).await {
+            Ok(setup) => setup,
+            Err(refusal) => {
+                tracing::warn!(message = %message.id, error = %refusal.message, "cannot take up a turn");
+                return Ok(false);
+            }
+        };
+
+        let items = store.turn_items(&thread.id, &message.id).await?;
+        let approvals = store.approvals(&thread.id).await?;
+        let mut model_calls = store.model_calls(&thread.id).await?;
+        model_calls.retain(|m| m.message_id == message.id);
+        let point = resume_point(&items, &approvals, &model_calls, message.created_at);
+        let earlier: Vec<MessageRow> = messages
+            .into_iter()
+            .filter(|m| m.position < message.position)
+            .collect();
+        let mut root_items = store.root_items(&thread.id).await?;
+        root_items.retain(|i| i.message_id != message.id);
+        let mut history = provider_history(
+            &earlier,
+            &root_items,
+            setup.agent.max_history_tokens,
+            TokenCounter::for_model(&setup.model),
+        );
+        history.extend(point.tail.iter().cloned());
+
+        let runtime = self
+            .hub
+            .get_or_insert(&thread.id, &thread.owner, permission_mode);
+        runtime.gate.set_mode(permission_mode);
+        let cancel = CancellationToken::new();
+        if !runtime.try_begin(cancel.clone(), &message.id) {
+            return Ok(false);
+        }
+        let (toolbelt, system_prompt) = self
+            .compose(
+                &user,
+                &request,
+                &setup.agent,
+                mode.as_ref(),
+                permission_mode,
+                setup.editor_prompt.as_deref(),
+            )
+            .await;
+        tracing::info!(thread = %thread.id, message = %message.id, takeovers, "taking up a turn its process left");
+        let slot = self.limits.resume_turn(&user);
+        self.launch(Launch {
+            user,
+            request,
+            setup,
+            claim: Claim {
+                runtime,
+                new_thread: None,
+                message_id: message.id.clone(),
+                cancel,
+            },
+            mode,
+            mode_name: RESUMABLE_MODE.to_owned(),
+            permission_mode,
+            mode_change: None,
+            agent_change: None,
+            toolbelt,
+            system_prompt,
+            slot,
+            resumed: Some(Resumed {
+                point,
+                history,
+                position: message.position,
+                started_at: message.created_at,
+                takeovers,
+            }),
+        });
+        Ok(true)
+    }
+}
