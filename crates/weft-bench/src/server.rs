@@ -116,6 +116,17 @@ pub async fn start_cluster(
     config: &str,
     n: usize,
 ) -> Result<Cluster, String> {
+    start_cluster_with(bin, script, config, "", n).await
+}
+
+/// [`start_cluster`] with more `[cluster]` settings (`lease_ms = …` lines).
+pub async fn start_cluster_with(
+    bin: &Path,
+    script: &serde_json::Value,
+    config: &str,
+    cluster: &str,
+    n: usize,
+) -> Result<Cluster, String> {
     let pg = TestDb::postgres()
         .await
         .map_err(|e| format!("PostgreSQL: {e}"))?;
@@ -142,7 +153,7 @@ pub async fn start_cluster(
     let mut replicas = Vec::with_capacity(n);
     for i in 0..n {
         let config = format!(
-            "{config}[cluster]\nreplica_id = \"r{i}\"\nnats_url = \"nats://127.0.0.1:{port}\"\n"
+            "{config}[cluster]\nreplica_id = \"r{i}\"\nnats_url = \"nats://127.0.0.1:{port}\"\n{cluster}"
         );
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         replicas.push(spawn(bin, script, &config, &pg.url, dir).await?);
@@ -162,6 +173,11 @@ fn nats_server() -> &'static str {
 }
 
 impl Cluster {
+    /// The database the replicas share.
+    pub fn database_url(&self) -> &str {
+        &self.pg.url
+    }
+
     pub async fn stop(mut self) {
         for replica in self.replicas {
             replica.stop().await;

@@ -256,6 +256,9 @@ struct Settled {
     status: ToolResultStatus,
     approval: ApprovalStatus,
     effect: Effect,
+    /// The tool ran and may have changed something: its result goes on record before the
+    /// client sees it.
+    had_effect: bool,
 }
 
 impl Settled {
@@ -265,6 +268,7 @@ impl Settled {
             status: ToolResultStatus::Success,
             approval: ApprovalStatus::NotRequired,
             effect: Effect::None,
+            had_effect: false,
         }
     }
 
@@ -274,6 +278,7 @@ impl Settled {
             status: ToolResultStatus::Error,
             approval: ApprovalStatus::NotRequired,
             effect: Effect::None,
+            had_effect: false,
         }
     }
 
@@ -350,20 +355,7 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
         injected_args: planned.injected.clone(),
         offloaded_artifact_id: offloaded,
     };
-    if !level.quiet {
-        turn.events.emit(ServerEvent::ToolCallUpdate {
-            tool_call_id: call.wire_id.clone(),
-            name: name.clone(),
-            status: ToolCallStatus::End,
-            args: None,
-            result: Some(content.clone()),
-            is_error: Some(is_error),
-            parent_id: level.parent_id.clone(),
-            depth: level.depth,
-            metadata: Some(Box::new(metadata.clone())),
-        });
-    }
-    CallResult {
+    let result = CallResult {
         wire_id: call.wire_id.clone(),
         call_id: call.request.id.clone(),
         name: name.clone(),
@@ -372,6 +364,36 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
         status: settled.status,
         effect: settled.effect,
         metadata,
+    };
+    if !level.quiet {
+        if settled.had_effect {
+            keep_effect_result(turn, level, &result).await;
+        }
+        turn.events.emit(ServerEvent::ToolCallUpdate {
+            tool_call_id: result.wire_id.clone(),
+            name: result.name.clone(),
+            status: ToolCallStatus::End,
+            args: None,
+            result: Some(result.content.clone()),
+            is_error: Some(result.is_error),
+            parent_id: level.parent_id.clone(),
+            depth: level.depth,
+            metadata: Some(Box::new(result.metadata.clone())),
+        });
+    }
+    result
+}
+
+/// The result of a call that may have changed something goes on record before the client
+/// is told of it: what a client saw finish is never reported as "may have run" after a
+/// restart. If it cannot be kept, the record has failed and the turn is stopping.
+async fn keep_effect_result(turn: &Turn, level: &Level, result: &CallResult) {
+    if let Err(e) = turn
+        .recorder
+        .effect_result(level.place(), &result.recorded())
+        .await
+    {
+        tracing::warn!(call = %result.wire_id, error = %e, "a tool result could not be kept at once");
     }
 }
 
@@ -573,9 +595,10 @@ async fn run_tool(
         }
         None => None,
     };
-    if let Err(settled) = keep_before_effect(turn, tool.as_ref()).await {
-        return settled;
-    }
+    let had_effect = match keep_before_effect(turn, tool.as_ref()).await {
+        Ok(had_effect) => had_effect,
+        Err(settled) => return settled,
+    };
     let ctx = ToolContext {
         tool_call_id: call.wire_id.clone(),
         parent_id: level.parent_id.clone(),
@@ -600,7 +623,7 @@ async fn run_tool(
         .tool_timeout_ms
         .map(std::time::Duration::from_millis);
     // The tool is polled first; cancellation only registers a waiter while it is pending.
-    tokio::select! {
+    let settled = tokio::select! {
         biased;
         outcome = running => match outcome {
             Ok(Ok(text)) => Settled::ok(text),
@@ -613,20 +636,25 @@ async fn run_tool(
             status: ToolResultStatus::TimedOut,
             ..Settled::error(prompts::tool_timed_out(tool.name(), limit.unwrap_or_default()))
         },
+    };
+    Settled {
+        had_effect,
+        ..settled
     }
 }
 
 /// A call that may change something waits until the response that asked for it is on
-/// record, so a restart knows it may have run and never runs it again.
-async fn keep_before_effect(turn: &Turn, tool: &dyn crate::tool::Tool) -> Result<(), Settled> {
+/// record, so a restart knows it may have run and never runs it again. `Ok(true)`: it may
+/// change something and may run now; `Ok(false)`: it only reads or is idempotent.
+async fn keep_before_effect(turn: &Turn, tool: &dyn crate::tool::Tool) -> Result<bool, Settled> {
     if tool.category() == ToolCategory::Read || tool.idempotent() {
-        return Ok(());
+        return Ok(false);
     }
     let stored = turn.recorder.before_effect();
     tokio::select! {
         biased;
         () = turn.cancel.cancelled() => Err(Settled::error(prompts::CANCELLED_RESULT.to_owned())),
-        kept = stored => kept.map_err(|e| {
+        kept = stored => kept.map(|()| true).map_err(|e| {
             Settled::error(format!("error: not run, the call could not be recorded first: {e}"))
         }),
     }

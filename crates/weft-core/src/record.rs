@@ -71,6 +71,13 @@ pub trait Recorder: Send + Sync {
     fn before_effect(&self) -> Stored {
         Box::pin(std::future::ready(Ok(())))
     }
+    /// A call that may have changed something ended: its result is on record once the
+    /// returned future resolves, and only then is the client told, so a restart never
+    /// reports a finished effect as one that may have run. The round's `results` leave it
+    /// out. An error means it could not be kept (the record has failed; the turn stops).
+    fn effect_result(&self, _place: Place<'_>, _result: &RecordedResult) -> Stored {
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// An approval request ended.
     fn approval_resolved(&self, _id: &str, _outcome: ApprovalOutcome) {}
     /// A provider call ended (however it ended).

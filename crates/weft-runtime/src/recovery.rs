@@ -10,6 +10,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
+use futures::StreamExt;
 use serde_json::json;
 use weft_protocol::{
     ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus, INTERRUPTED_RESULT,
@@ -85,27 +86,45 @@ pub async fn recover_orphaned_turns(
         now_ms()
     };
     let former = startup.then(|| leases.replica_id());
+    let orphans = store.orphaned_turns(now, former).await?;
+    // Several at a time: each takes a few reads of its record, and a dead replica may
+    // leave thousands.
+    let outcomes: Vec<Result<Option<bool>, StoreError>> = futures::stream::iter(orphans)
+        .map(|message| {
+            let resumer = resumer.clone();
+            async move {
+                if leases.is_live(&message.id) {
+                    return Ok(None);
+                }
+                let Some(takeovers) = leases.take_orphan(store, &message.id, now, former).await?
+                else {
+                    return Ok(None);
+                };
+                if let Some(resumer) = resumer {
+                    if resumer.resume(&message, takeovers).await? {
+                        return Ok(Some(true));
+                    }
+                }
+                close(store, &message).await?;
+                Ok(Some(false))
+            }
+        })
+        .buffer_unordered(RECOVERED_AT_ONCE)
+        .collect()
+        .await;
     let mut recovered = Recovered::default();
-    for message in store.orphaned_turns(now, former).await? {
-        if leases.is_live(&message.id) {
-            continue;
-        }
-        let Some(takeovers) = leases.take_orphan(store, &message.id, now, former).await? else {
-            continue;
-        };
-        let resumed = match &resumer {
-            Some(resumer) => resumer.clone().resume(&message, takeovers).await?,
-            None => false,
-        };
-        if resumed {
-            recovered.resumed += 1;
-        } else {
-            close(store, &message).await?;
-            recovered.closed += 1;
+    for outcome in outcomes {
+        match outcome? {
+            Some(true) => recovered.resumed += 1,
+            Some(false) => recovered.closed += 1,
+            None => {}
         }
     }
     Ok(recovered)
 }
+
+/// How many orphaned turns one sweep takes up at once.
+const RECOVERED_AT_ONCE: usize = 16;
 
 /// Close one turn as `interrupted` (its lease is this replica's now).
 async fn close(store: &Store, message: &MessageRow) -> Result<(), StoreError> {

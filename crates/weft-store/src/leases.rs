@@ -105,6 +105,16 @@ impl Store {
         Ok(owner)
     }
 
+    /// The turns `owner` holds leases on (expired or not).
+    pub async fn leases_of(&self, owner: &str) -> Result<Vec<String>> {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT message_id FROM turn_leases WHERE owner = $1")
+                .bind(owner)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(ids)
+    }
+
     /// Who holds `message_id`'s lease and until when, if anyone.
     pub async fn lease(&self, message_id: &str) -> Result<Option<LeaseRow>> {
         let row: Option<(String, i64)> =

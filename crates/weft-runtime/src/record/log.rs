@@ -1,12 +1,13 @@
 //! `TurnLog`: a turn's conversation record on its way to the database, not awaited (the
-//! loop goes on while commits are in flight) except before a person is asked to approve and
-//! before a call that may change something runs. A response is held until its round's results
-//! come, so a round is one write; a turn has at most one write in flight, and rounds that
+//! loop goes on while commits are in flight) except before a person is asked to approve,
+//! before a call that may change something runs, and before that call's result is shown. A
+//! response is held until its round's results come, so a round is one write; a turn has at most one write in flight, and rounds that
 //! complete meanwhile go out together when it lands (a round per commit when the database
 //! keeps up, bigger writes when it does not). Anything held, and root-level text still
 //! streaming, goes out at least every second, and at once when the turn asks the user for
 //! an approval (the request waits for that commit). A write that fails stops the turn.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,9 @@ struct LogState {
     in_flight: bool,
     /// Provider calls recorded so far (their rows are numbered by it).
     model_calls: u32,
+    /// Calls whose results went on record ahead of their round's (their round leaves them
+    /// out).
+    kept_early: HashSet<String>,
 }
 
 struct Draft {
@@ -293,25 +297,40 @@ impl Recorder for TurnLog {
     /// A round's results go in one row (a JSON array), in the order the calls were emitted,
     /// and out together with what was held.
     fn results(&self, place: Place<'_>, results: &[RecordedResult]) {
-        let entries: Vec<RecordEntry> = results
-            .iter()
-            .map(|r| RecordEntry::ToolResult {
-                tool_call_id: r.id.clone(),
-                call_id: r.call_id.clone(),
-                name: r.name.clone(),
-                result: r.content.clone(),
-                is_error: r.is_error,
-                metadata: Some(r.metadata.clone()),
-            })
-            .collect();
         {
             let mut state = self.state.lock();
+            let entries: Vec<RecordEntry> = results
+                .iter()
+                .filter(|r| !state.kept_early.remove(&r.id))
+                .map(result_entry)
+                .collect();
+            if entries.is_empty() {
+                return;
+            }
             state.next_position += 1;
             let position = state.next_position - 1;
             let row = results_row(self.place(position, place.parent_id, place.depth), &entries);
             state.items.push(row);
         }
         self.flush();
+    }
+
+    /// A result that may record a change goes out at once, in a row of its own; the client
+    /// is told once it is committed.
+    fn effect_result(&self, place: Place<'_>, result: &RecordedResult) -> Stored {
+        {
+            let mut state = self.state.lock();
+            state.kept_early.insert(result.id.clone());
+            state.next_position += 1;
+            let position = state.next_position - 1;
+            let row = results_row(
+                self.place(position, place.parent_id, place.depth),
+                &[result_entry(result)],
+            );
+            state.items.push(row);
+        }
+        self.flush();
+        self.kept()
     }
 
     /// The approval is written (pending) at once, with everything held before it; the user
@@ -368,5 +387,17 @@ impl Recorder for TurnLog {
         };
         state.model_calls += 1;
         state.held.push(WriteOp::ModelCalls(vec![row]));
+    }
+}
+
+/// A tool result as the record keeps it.
+fn result_entry(result: &RecordedResult) -> RecordEntry {
+    RecordEntry::ToolResult {
+        tool_call_id: result.id.clone(),
+        call_id: result.call_id.clone(),
+        name: result.name.clone(),
+        result: result.content.clone(),
+        is_error: result.is_error,
+        metadata: Some(result.metadata.clone()),
     }
 }

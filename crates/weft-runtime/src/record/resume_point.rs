@@ -366,6 +366,22 @@ mod tests {
         assert!(resume_point(&answered, &[], &[], 0).answered);
     }
 
+    #[test]
+    fn a_result_kept_ahead_of_its_round_is_not_a_cut_call() {
+        let items = vec![
+            entry_row(
+                place(0, None, 0),
+                &response("", &[("a", "write_file"), ("b", "write_file")], false),
+            ),
+            results_row(place(1, None, 0), &[result("b", "write_file")]),
+        ];
+        let point = resume_point(&items, &[], &[], 0);
+        let cut: Vec<&str> = point.resume.cut.iter().map(|c| c.call.wire_id.as_str()).collect();
+        assert_eq!(cut, ["a"]);
+        assert_eq!(point.tail.len(), 2, "the response, then b's result");
+        assert_eq!(point.resume.spent.tool_calls, 1);
+    }
+
     fn root_text_of(items: &[ItemRow]) -> String {
         crate::record::views::root_text(items)
     }

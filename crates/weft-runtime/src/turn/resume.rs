@@ -53,10 +53,9 @@ impl Resumer for Runtime {
         };
         let content: MessageContent = serde_json::from_value(asked.content.clone())
             .unwrap_or_else(|_| MessageContent::Text(asked.content.to_string()));
-        let permission_mode = message
-            .permission_mode
-            .as_deref()
-            .and_then(PermissionMode::parse)
+        // The thread's mode as last set (a change during the turn included).
+        let permission_mode = PermissionMode::parse(&thread.permission_mode)
+            .or_else(|| message.permission_mode.as_deref().and_then(PermissionMode::parse))
             .unwrap_or_default();
         let mut request = TurnRequest::chat(content);
         request.thread_id = Some(thread.id.clone());
