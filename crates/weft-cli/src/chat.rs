@@ -195,21 +195,7 @@ async fn stream_turn(
                     f["name"].as_str().unwrap_or("?")
                 ));
             }
-            "tool_call_update" => {
-                let ok = f["is_error"] != true;
-                let result: String = f["result"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(100)
-                    .collect();
-                let result = result.replace('\n', " ");
-                line(format!(
-                    "{pad}└─ {} {} {result}",
-                    f["name"].as_str().unwrap_or("?"),
-                    if ok { "✓" } else { "✗" }
-                ));
-            }
+            "tool_call_update" => line(call_ended(&f, &pad)),
             "tool_approval_request" => {
                 line(format!(
                     "{pad}? {} wants to run with {} ({})",
@@ -255,6 +241,23 @@ async fn stream_turn(
         }
     }
     Ok(Streamed::Dropped("the connection ended".to_owned()))
+}
+
+/// A call's card closing: its name, whether it succeeded, the start of its result.
+fn call_ended(f: &Value, pad: &str) -> String {
+    let ok = f["is_error"] != true;
+    let result: String = f["result"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .take(100)
+        .collect();
+    format!(
+        "{pad}└─ {} {} {}",
+        f["name"].as_str().unwrap_or("?"),
+        if ok { "✓" } else { "✗" },
+        result.replace('\n', " ")
+    )
 }
 
 async fn ask(input: &mut Input) -> anyhow::Result<&'static str> {

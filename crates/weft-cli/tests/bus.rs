@@ -238,7 +238,11 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
     assert_eq!(pending.len(), 1, "the same approval, still pending");
     assert_eq!(pending[0].status, "pending");
 
-    send(&mut on_b, json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"})).await;
+    send(
+        &mut on_b,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
     let frames = until(&mut on_b, is_done).await;
     assert!(completed(&frames), "{frames:?}");
     let text: String = frames

@@ -37,7 +37,11 @@ async fn kill_after_writing(server: Server, ws: &mut support::Ws, path: &str) ->
     .await;
     server.kill().await;
     let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
-    let last_seq = frames.iter().filter_map(|f| f["seq"].as_u64()).max().unwrap();
+    let last_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
     (thread, last_seq)
 }
 
@@ -67,6 +71,22 @@ fn results(items: &Value) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// The results of `tool`'s calls anywhere in `trace` (subtasks included), in order.
+fn results_named(trace: &Value, tool: &str, out: &mut Vec<String>) {
+    match trace {
+        Value::Object(node) => {
+            if node.get("name").and_then(Value::as_str) == Some(tool) {
+                if let Some(result) = node.get("result").and_then(Value::as_str) {
+                    out.push(result.to_owned());
+                }
+            }
+            node.values().for_each(|v| results_named(v, tool, out));
+        }
+        Value::Array(nodes) => nodes.iter().for_each(|v| results_named(v, tool, out)),
+        _ => {}
+    }
 }
 
 async fn killed_mid_turn(postgres: bool) {
@@ -115,7 +135,10 @@ async fn killed_mid_turn(postgres: bool) {
             written += 1;
             assert!(file.exists(), "{}", file.display());
         } else {
-            assert!(result.starts_with("interrupted: the server stopped"), "{result}");
+            assert!(
+                result.starts_with("interrupted: the server stopped"),
+                "{result}"
+            );
         }
     }
     assert!(written >= 5, "{results:?}");
@@ -143,14 +166,21 @@ async fn approval_survives(postgres: bool) {
     let script = json!({"conversations": [{"match": "*", "steps": [
         {"chunks": ["Saving your notes. "], "tool_calls": [
             {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}}]},
-        {"text": "Saved."}]}]});
+        {"text": "Saved."},
+        {"tool_calls": [
+            {"id": "w2", "name": "write_file", "arguments": {"path": "more.md", "content": "hi"}}]},
+        {"text": "Saved again."}]}]});
     let server = start(&db, &script).await;
     let mut ws = server.connect().await;
     send(&mut ws, chat("save my notes", None)).await;
     let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
     let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
     let call = frames.last().unwrap()["tool_call_id"].clone();
-    let last_seq = frames.iter().filter_map(|f| f["seq"].as_u64()).max().unwrap();
+    let last_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
     server.kill().await;
 
     let server = start(&db, &script).await;
@@ -161,22 +191,41 @@ async fn approval_survives(postgres: bool) {
     )
     .await;
     let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
-    assert_eq!(frames.last().unwrap()["tool_call_id"], call, "the same approval");
+    assert_eq!(
+        frames.last().unwrap()["tool_call_id"],
+        call,
+        "the same approval"
+    );
     let resumed = frames.iter().find(|f| f["type"] == "turn_resumed").unwrap();
     assert_eq!(resumed["content"], "Saving your notes. ");
     send(
         &mut ws,
-        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow_for_chat"}),
     )
     .await;
     let frames = until(&mut ws, is_done).await;
     let message = frames.iter().find(|f| f["type"] == "message").unwrap();
     assert_eq!(message["message"]["status"], "completed");
     assert_eq!(message["message"]["content"], "Saving your notes. Saved.");
+
+    // What was allowed for the chat holds after another restart: the next write is not asked.
+    server.stop().await;
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(&mut ws, chat("save more", Some(&thread))).await;
+    let frames = until(&mut ws, is_done).await;
+    assert!(
+        !frames.iter().any(|f| f["type"] == "tool_approval_request"),
+        "{frames:?}"
+    );
+    assert!(db.dir.path().join("workspace/local/more.md").exists());
     let items = server.get(&format!("/threads/{thread}/items")).await;
     let results = results(&items);
-    assert_eq!(results.len(), 1, "{results:?}");
-    assert!(!results[0].1.starts_with("interrupted"), "{results:?}");
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results.iter().all(|(_, r)| r.starts_with("wrote")),
+        "{results:?}"
+    );
     let store = weft_store::Store::connect(&db.url).await.unwrap();
     let approvals = store.approvals(&thread).await.unwrap();
     assert_eq!(approvals.len(), 1);
@@ -187,12 +236,12 @@ async fn approval_survives(postgres: bool) {
 }
 
 #[tokio::test]
-async fn a_pending_approval_survives_a_restart_on_sqlite() {
+async fn a_pending_approval_and_what_it_allowed_for_the_chat_survive_restarts_on_sqlite() {
     approval_survives(false).await;
 }
 
 #[tokio::test]
-async fn a_pending_approval_survives_a_restart_on_postgres() {
+async fn a_pending_approval_and_what_it_allowed_for_the_chat_survive_restarts_on_postgres() {
     approval_survives(true).await;
 }
 
@@ -244,23 +293,28 @@ async fn a_resumed_turn_keeps_its_budget_on_postgres() {
     budget_holds(true).await;
 }
 
-/// Cut inside a subtask that had written a file: the subtask is not run again (its call
-/// says it may or may not have taken effect), so the file is written once; the turn goes on.
+/// Cut inside a subtask that had written a file: the subtask goes on from its own last round
+/// (the write it made is not made again, the next one is), answers, and the turn goes on.
 async fn cut_in_a_subtask(postgres: bool) {
     let db = Db::new(postgres).await;
     let script = json!({"conversations": [
         {"match": "careful work", "steps": [
             {"tool_calls": [{"name": "write_file", "arguments": {"path": "once.md", "content": "x"}}]},
-            {"text": "child done", "delay_ms": 3000}]},
+            {"delay_ms": 1500, "tool_calls": [{"name": "write_file", "arguments": {"path": "twice.md", "content": "y"}}]},
+            {"text": "child done"}]},
         {"match": "*", "steps": [
             {"chunks": ["delegating "], "tool_calls": [{"name": "run_subtask", "arguments": {"title": "t", "instructions": "careful work"}}]},
             {"text": "all done", "repeat": true}]}]});
-    let server = start(&db, &script).await;
+    let server = start_with(&db, &script, "[agent]\nmax_total_subtasks = 1\n").await;
     let mut ws = server.connect().await;
-    send(&mut ws, json!({"command": "chat_message", "data": {"content": "go", "permission_mode": "auto"}})).await;
+    send(
+        &mut ws,
+        json!({"command": "chat_message", "data": {"content": "go", "permission_mode": "auto"}}),
+    )
+    .await;
     let (thread, last_seq) = kill_after_writing(server, &mut ws, "once.md").await;
 
-    let server = start(&db, &script).await;
+    let server = start_with(&db, &script, "[agent]\nmax_total_subtasks = 1\n").await;
     let mut ws = server.connect().await;
     send(
         &mut ws,
@@ -271,23 +325,32 @@ async fn cut_in_a_subtask(postgres: bool) {
     let message = frames.iter().find(|f| f["type"] == "message").unwrap();
     assert_eq!(message["message"]["status"], "completed", "{message}");
     assert_eq!(message["message"]["content"], "delegating all done");
+    let id = message["message"]["id"].as_str().unwrap();
+    let trace = server
+        .get(&format!("/threads/{thread}/messages/{id}/trace"))
+        .await;
+    let mut writes = Vec::new();
+    results_named(&trace, "write_file", &mut writes);
+    assert_eq!(
+        writes,
+        ["wrote 1 bytes to once.md", "wrote 1 bytes to twice.md"],
+        "{trace}"
+    );
     let items = server.get(&format!("/threads/{thread}/items")).await;
     let results = results(&items);
-    let writes = results.iter().filter(|(n, _)| n == "write_file").count();
-    assert!(writes <= 1, "{results:?}");
     let subtask = results.iter().find(|(n, _)| n == "run_subtask").unwrap();
-    assert!(subtask.1.starts_with("interrupted: the server stopped"), "{results:?}");
+    assert_eq!(subtask.1, "child done", "{results:?}");
     server.stop().await;
     db.drop_database().await;
 }
 
 #[tokio::test]
-async fn a_turn_cut_inside_a_subtask_never_runs_it_twice_on_sqlite() {
+async fn a_turn_cut_inside_a_subtask_goes_on_inside_it_on_sqlite() {
     cut_in_a_subtask(false).await;
 }
 
 #[tokio::test]
-async fn a_turn_cut_inside_a_subtask_never_runs_it_twice_on_postgres() {
+async fn a_turn_cut_inside_a_subtask_goes_on_inside_it_on_postgres() {
     cut_in_a_subtask(true).await;
 }
 

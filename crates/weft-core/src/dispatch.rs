@@ -10,8 +10,8 @@ use futures::future::join_all;
 use futures::FutureExt;
 use serde_json::{Map, Value};
 use weft_protocol::{
-    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus,
-    ToolCategory, ToolParallelism, ToolResultMetadata, ToolResultStatus,
+    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus, ToolCategory,
+    ToolParallelism, ToolResultMetadata, ToolResultStatus,
 };
 
 use crate::gate::{Answer, GateDecision};
@@ -666,9 +666,7 @@ pub(crate) fn runs_again(level: &Level, cut: &CutCall) -> bool {
     let harmless = level
         .toolbelt
         .entry(&cut.call.request.name)
-        .map_or(true, |entry| {
-            entry.tool.category() == ToolCategory::Read || entry.tool.idempotent()
-        });
+        .is_none_or(|entry| entry.tool.category() == ToolCategory::Read || entry.tool.idempotent());
     cut.runs_again(harmless)
 }
 

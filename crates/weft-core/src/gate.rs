@@ -108,9 +108,11 @@ impl PermissionGate {
         self.inner.allowed_for_chat.lock().contains(tool_name)
     }
 
-    /// Whether anything was allowed for this chat.
-    pub fn has_grants(&self) -> bool {
-        !self.inner.allowed_for_chat.lock().is_empty()
+    /// The tools allowed for this chat, by name.
+    pub fn allowed_for_chat(&self) -> Vec<String> {
+        let mut tools: Vec<String> = self.inner.allowed_for_chat.lock().iter().cloned().collect();
+        tools.sort();
+        tools
     }
 
     pub fn allow_for_chat(&self, tool_name: &str) {

@@ -63,7 +63,7 @@ pub use record::{
     new_call_id, ApprovalRequest, Call, ModelCallRecord, NoRecord, Place, RecordedResult, Recorder,
     Stored,
 };
-pub use resume::{CutCall, Resume, Spent};
+pub use resume::{ChildEnded, ChildResume, CutCall, Resume, Spent};
 pub use scope::TurnScope;
 pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
 pub use tokens::{bytes_bound, TokenCounter};

@@ -2,10 +2,14 @@
 //! calls of the round it was cut in. The loop settles that round before its next model call,
 //! so a side effect runs at most once: a call that may have run (not a read, not declared
 //! idempotent) gets a result that says so instead of running again; a read, an idempotent
-//! call and a call still waiting for its approval run (or are asked for) again.
+//! call and a call still waiting for its approval run (or are asked for) again. A subtask
+//! cut mid-way goes on from its own last round, its cut round settled the same way.
 
 use std::time::Duration;
 
+use serde_json::Value;
+
+use crate::message::ChatMessage;
 use crate::record::Call;
 
 /// Where a resumed turn starts from.
@@ -45,13 +49,56 @@ pub struct CutCall {
     /// Its work left a record of its own (a subtask's rounds, calls made from its code):
     /// it is not run again from the start, whatever its tool.
     pub started: bool,
+    /// A subtask's call: the child goes on from its own last round.
+    pub child: Option<Box<ChildResume>>,
+}
+
+/// A subtask cut mid-way, as its record leaves it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChildResume {
+    /// Its rounds after its instructions, the cut round's response last.
+    pub tail: Vec<ChatMessage>,
+    /// The text it streamed in those rounds.
+    pub text: String,
+    /// The calls of its cut round, in the order they were emitted.
+    pub cut: Vec<CutCall>,
+    /// How it ended, when that is on record but its parent's result is not: it only ends.
+    pub ended: Option<ChildEnded>,
+    /// It left a record, so it was charged to the subtask budget before the crash.
+    pub charged: bool,
+}
+
+/// How a subtask ended, read from its record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildEnded {
+    /// Its final response's text.
+    Answer(String),
+    /// The payload it gave `finish_subtask`.
+    Structured(Value),
+}
+
+impl Resume {
+    /// Every cut call, those of cut subtasks included.
+    pub fn all_cut(&self) -> Vec<&CutCall> {
+        fn walk<'a>(cut: &'a [CutCall], out: &mut Vec<&'a CutCall>) {
+            for c in cut {
+                out.push(c);
+                if let Some(child) = &c.child {
+                    walk(&child.cut, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.cut, &mut out);
+        out
+    }
 }
 
 impl CutCall {
-    /// Whether this call runs (or is asked for) again: it waited for its approval (so it
-    /// never ran), or its tool only reads or says a repeat does no harm and it had not
-    /// started work of its own.
+    /// Whether this call runs (or is asked for) again: it is a subtask (which goes on from
+    /// its own last round), it waited for its approval (so it never ran), or its tool only
+    /// reads or says a repeat does no harm and it had not started work of its own.
     pub(crate) fn runs_again(&self, read_or_idempotent: bool) -> bool {
-        self.asked_at_ms.is_some() || (read_or_idempotent && !self.started)
+        self.child.is_some() || self.asked_at_ms.is_some() || (read_or_idempotent && !self.started)
     }
 }

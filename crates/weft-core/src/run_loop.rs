@@ -17,7 +17,7 @@ use crate::message::ChatMessage;
 use crate::prompts;
 use crate::record::{identify, Call};
 use crate::repetition::RepetitionGuard;
-use crate::resume::CutCall;
+use crate::resume::{ChildEnded, CutCall};
 use crate::sample::{sample, SampleError};
 use crate::spec::TurnEnd;
 use crate::turn::Turn;
@@ -48,14 +48,19 @@ pub(crate) fn run_level(
     history: Vec<ChatMessage>,
 ) -> BoxFuture<'static, LevelResult> {
     async move {
+        let mut history = history;
+        let start = starting_point(&turn, &level, &mut history);
         let mut history = Arc::new(history);
-        let resume = level.is_root().then(|| turn.take_resume()).flatten();
-        let mut all_text = resume.as_ref().map(|r| r.text.clone()).unwrap_or_default();
+        let mut all_text = start.text;
         let mut guard = RepetitionGuard::new(turn.config.max_identical_calls);
-        let cut = resume.map(|r| r.cut).unwrap_or_default();
-        let end = match settle_cut_round(&turn, &level, cut, &mut history, &mut guard).await {
+        let end = match start.ended {
             Some(end) => end,
-            None => drive(&turn, &level, &mut history, &mut all_text, guard).await,
+            None => {
+                match settle_cut_round(&turn, &level, start.cut, &mut history, &mut guard).await {
+                    Some(end) => end,
+                    None => drive(&turn, &level, &mut history, &mut all_text, guard).await,
+                }
+            }
         };
         let history = Arc::try_unwrap(history).unwrap_or_else(|shared| (*shared).clone());
         LevelResult {
@@ -65,6 +70,46 @@ pub(crate) fn run_level(
         }
     }
     .boxed()
+}
+
+/// Where a level starts: afresh, or (a resumed turn's root, a cut subtask) with the text it
+/// had streamed, its cut round, or the end it had reached.
+#[derive(Default)]
+struct StartingPoint {
+    text: String,
+    cut: Vec<CutCall>,
+    ended: Option<LevelEnd>,
+}
+
+/// The level's starting point; a cut subtask's rounds join its `history` (a resumed root's
+/// are in it already).
+fn starting_point(turn: &Turn, level: &Level, history: &mut Vec<ChatMessage>) -> StartingPoint {
+    if level.is_root() {
+        return turn
+            .take_resume()
+            .map(|r| StartingPoint {
+                text: r.text,
+                cut: r.cut,
+                ended: None,
+            })
+            .unwrap_or_default();
+    }
+    let Some(child) = level
+        .parent_id
+        .as_deref()
+        .and_then(|id| turn.take_child(id))
+    else {
+        return StartingPoint::default();
+    };
+    history.extend(child.tail);
+    StartingPoint {
+        text: child.text,
+        cut: child.cut,
+        ended: child.ended.map(|ended| match ended {
+            ChildEnded::Answer(text) => LevelEnd::Answer(text),
+            ChildEnded::Structured(payload) => LevelEnd::Structured(payload),
+        }),
+    }
 }
 
 /// A resumed turn's cut round, settled before its next model call: the calls that run
@@ -79,6 +124,11 @@ async fn settle_cut_round(
 ) -> Option<LevelEnd> {
     if cut.is_empty() {
         return None;
+    }
+    for c in &cut {
+        if let Some(child) = &c.child {
+            turn.stash_child(&c.call.wire_id, (**child).clone());
+        }
     }
     let (again, settled): (Vec<_>, Vec<_>) = cut.iter().partition(|c| runs_again(level, c));
     let again: Vec<Call> = again.into_iter().map(|c| c.call.clone()).collect();

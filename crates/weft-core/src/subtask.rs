@@ -88,9 +88,12 @@ pub(crate) async fn spawn(
     call_id: &str,
     child: Child,
 ) -> Result<ChildEnd, String> {
-    if let Err(trip) = turn.budget.take_subtask() {
-        turn.trip(trip);
-        return Err(prompts::budget_stop(&trip.to_string()));
+    // A subtask taken up after a crash was charged in its first life.
+    if !turn.child_charged(call_id) {
+        if let Err(trip) = turn.budget.take_subtask() {
+            turn.trip(trip);
+            return Err(prompts::budget_stop(&trip.to_string()));
+        }
     }
 
     let mut toolbelt = match &child.tools {

@@ -24,7 +24,7 @@ use crate::llm::Llm;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
 use crate::record::{Call, ModelCallRecord, Recorder};
-use crate::resume::Resume;
+use crate::resume::{ChildResume, Resume};
 use crate::scope::TurnScope;
 use crate::spec::{TurnEnd, TurnOutcome, TurnSpec};
 use crate::tool::NestedCalls;
@@ -89,6 +89,8 @@ pub(crate) struct Turn {
     model_calls: Mutex<Vec<ModelCallRecord>>,
     /// A resumed turn's text so far and cut round, taken by the root level when it starts.
     resume: Mutex<Option<Resume>>,
+    /// Cut subtasks waiting to go on, by the id of the call that runs them.
+    children: Mutex<HashMap<String, ChildResume>>,
     /// When each call the turn was still asking about before its process died was asked
     /// (Unix ms): its approval's timeout counts from then.
     asked_before: HashMap<String, i64>,
@@ -119,16 +121,33 @@ impl Turn {
             asked_before: spec
                 .resume
                 .iter()
-                .flat_map(|r| &r.cut)
+                .flat_map(Resume::all_cut)
                 .filter_map(|c| Some((c.call.wire_id.clone(), c.asked_at_ms?)))
                 .collect(),
             resume: Mutex::new(spec.resume.clone()),
+            children: Mutex::new(HashMap::new()),
         }
     }
 
     /// A resumed turn's starting point, once (the root level takes it).
     pub fn take_resume(&self) -> Option<Resume> {
         self.resume.lock().take()
+    }
+
+    /// The subtask run by call `call_id` goes on from `child` when it starts.
+    pub(crate) fn stash_child(&self, call_id: &str, child: ChildResume) {
+        self.children.lock().insert(call_id.to_owned(), child);
+    }
+
+    /// Whether the subtask run by call `call_id` goes on from a record that was already
+    /// charged to the subtask budget.
+    pub(crate) fn child_charged(&self, call_id: &str) -> bool {
+        self.children.lock().get(call_id).is_some_and(|c| c.charged)
+    }
+
+    /// Where the subtask run by call `call_id` goes on from, once.
+    pub(crate) fn take_child(&self, call_id: &str) -> Option<ChildResume> {
+        self.children.lock().remove(call_id)
     }
 
     /// When the user was first asked about call `id`, if that was before a restart.

@@ -12,7 +12,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::tools::TestTool;
 use support::{result_of, Harness};
-use weft_core::{prompts, Call, ChatMessage, CutCall, Resume, Spent, ToolCallRequest, TurnEnd};
+use weft_core::{
+    prompts, Call, ChatMessage, ChildResume, CutCall, Resume, Spent, ToolCallRequest, TurnEnd,
+};
 use weft_protocol::{BudgetReason, PermissionMode, ServerEvent, ToolCategory};
 
 fn call(id: &str, name: &str) -> Call {
@@ -40,6 +42,7 @@ fn cut_after(h: Harness, calls: &[(Call, Option<i64>)], spent: Spent) -> Harness
                 call: call.clone(),
                 asked_at_ms: *asked_at_ms,
                 started: false,
+                child: None,
             })
             .collect(),
     });
@@ -74,10 +77,19 @@ async fn a_cut_round_runs_reads_again_and_never_reruns_a_call_that_may_have_acte
     let (outcome, events) = h.run().await;
 
     assert_eq!(outcome.end, TurnEnd::Completed);
-    assert_eq!(outcome.text, "before final", "the text so far, then the rest");
-    assert_eq!((looked.count(), wrote.count(), ran_asked.count()), (1, 0, 1));
+    assert_eq!(
+        outcome.text, "before final",
+        "the text so far, then the rest"
+    );
+    assert_eq!(
+        (looked.count(), wrote.count(), ran_asked.count()),
+        (1, 0, 1)
+    );
     let (maybe, is_error) = result_of(&events, "b");
-    assert_eq!((maybe.as_str(), is_error), (prompts::MAYBE_RAN_RESULT, true));
+    assert_eq!(
+        (maybe.as_str(), is_error),
+        (prompts::MAYBE_RAN_RESULT, true)
+    );
     assert!(!result_of(&events, "a").1);
     // The history holds each call's result once, in the order the calls were emitted.
     let results: Vec<&str> = outcome
@@ -87,7 +99,11 @@ async fn a_cut_round_runs_reads_again_and_never_reruns_a_call_that_may_have_acte
         .collect();
     assert_eq!(results, ["a", "b", "c"]);
     assert_eq!(outcome.totals.tool_calls, 3);
-    assert_eq!(h.provider.requests.lock().len(), 1, "one model call after the resume");
+    assert_eq!(
+        h.provider.requests.lock().len(),
+        1,
+        "one model call after the resume"
+    );
 }
 
 #[tokio::test]
@@ -140,4 +156,62 @@ async fn a_resumed_turn_keeps_its_wall_clock() {
         outcome.end
     );
     assert!(h.provider.requests.lock().is_empty(), "no model call");
+}
+
+#[tokio::test]
+async fn a_subtask_cut_mid_way_goes_on_from_its_own_last_round() {
+    // The child had written once and its result is on record; it writes again and answers.
+    let script = json!({"conversations": [
+        {"match": "careful", "steps": [
+            {"tool_calls": [{"name": "write", "arguments": {"n": 0}}]},
+            {"tool_calls": [{"name": "write", "arguments": {"n": 1}}]},
+            {"text": "child done"}]},
+        {"match": "*", "steps": [
+            {"chunks": ["before "], "tool_calls": [{"name": "run_subtask", "arguments": {"instructions": "careful"}}]},
+            {"chunks": ["final"]}]}]});
+    let write = TestTool::new("write").category(ToolCategory::Write);
+    let wrote = write.probe();
+    let h = Harness::new(script)
+        .tool(write)
+        .mode(PermissionMode::Auto)
+        .config(|c| c.max_total_subtasks = 1);
+    let mut subtask = call("s", "run_subtask");
+    subtask.request.arguments = json!({"title": "t", "instructions": "careful"}).to_string();
+    let first = call("w0", "write");
+    let mut h = cut_after(
+        h,
+        &[(subtask, None)],
+        Spent {
+            subtasks: 1,
+            tool_calls: 1,
+            ..Spent::default()
+        },
+    );
+    let resume = h.resume.as_mut().unwrap();
+    resume.cut[0].started = true;
+    resume.cut[0].child = Some(Box::new(ChildResume {
+        tail: vec![
+            ChatMessage::assistant("", vec![first.request.clone()]),
+            ChatMessage::tool_result(first.request.id.clone(), "wrote".to_owned(), false),
+        ],
+        charged: true,
+        ..ChildResume::default()
+    }));
+    let (outcome, events) = h.run().await;
+
+    assert_eq!(
+        outcome.end,
+        TurnEnd::Completed,
+        "the subtask was not charged twice"
+    );
+    assert_eq!(outcome.text, "before final");
+    assert_eq!(wrote.count(), 1, "only the write it had not made");
+    assert_eq!(result_of(&events, "s"), ("child done".to_owned(), false));
+    let requests = h.provider.requests.lock();
+    assert_eq!(requests.len(), 3, "the child's two rounds, then the root's");
+    assert_eq!(
+        requests[0].messages.len(),
+        3,
+        "the child goes on from its instructions and its first round"
+    );
 }

@@ -33,10 +33,7 @@ impl Runtime {
     ) -> Result<Arc<ThreadRuntime>, Refusal> {
         match self.owner_of(user, thread_id).await? {
             Owned::Live(thread) => Ok(thread),
-            Owned::Stored(row) => {
-                let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
-                Ok(self.hub.get_or_insert(&row.id, &row.owner, mode))
-            }
+            Owned::Stored(row) => Ok(self.hub.from_row(&row)),
         }
     }
 
@@ -213,11 +210,26 @@ impl Runtime {
             return Err(approval_of_another_user());
         }
         let reason = reason.map(|r| weft_protocol::clip(&r, MAX_REASON_BYTES));
-        if thread.gate.answer(tool_call_id, decision, reason) {
-            Ok(())
-        } else {
-            Err(not_pending())
+        if !thread.gate.answer(tool_call_id, decision, reason) {
+            return Err(not_pending());
         }
+        if decision == ApprovalDecision::AllowForChat {
+            self.keep_allowed_tools(&thread);
+        }
+        Ok(())
+    }
+
+    /// Keep the thread's tools allowed for the chat with it, so the grant holds on every
+    /// replica and after a restart.
+    fn keep_allowed_tools(&self, thread: &ThreadRuntime) {
+        let store = self.store.clone();
+        let id = thread.id.to_string();
+        let tools = thread.gate.allowed_for_chat();
+        tokio::spawn(async move {
+            if let Err(e) = store.set_allowed_tools(&id, &tools).await {
+                tracing::warn!(thread = %id, error = %e, "cannot keep the tools allowed for a chat");
+            }
+        });
     }
 
     /// A client's answer to one of its client-run (`ui_*`) calls.

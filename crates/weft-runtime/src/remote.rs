@@ -253,7 +253,9 @@ impl Relay {
                         };
                         match next.send(follow).await {
                             Ok(()) => self.remote = next,
-                            Err(e) => tracing::debug!(error = %e.message, "cannot follow a turn taken up elsewhere yet"),
+                            Err(e) => {
+                                tracing::debug!(error = %e.message, "cannot follow a turn taken up elsewhere yet")
+                            }
                         }
                     }
                     Owner::Ended => {

@@ -292,6 +292,16 @@ impl ThreadRuntime {
     /// The turn ended. Its frames are kept (for `replay_retention_ms`) only if a client
     /// left while it ran; everyone else has seen them, and a late resume is answered from
     /// the store.
+    /// Take up what another replica may have changed since this one last ran the thread:
+    /// its mode and the tools allowed for the chat, as `row` has them.
+    pub fn refresh(&self, row: &weft_store::ThreadRow) {
+        self.gate
+            .set_mode(PermissionMode::parse(&row.permission_mode).unwrap_or_default());
+        for tool in &row.allowed_tools {
+            self.gate.allow_for_chat(tool);
+        }
+    }
+
     pub fn end(&self) {
         let mut state = self.state.lock();
         state.active = None;
@@ -307,7 +317,8 @@ impl ThreadRuntime {
     }
 
     /// Drop the replay buffer of a turn that ended more than `retention` ago; true when the
-    /// runtime is then idle (no turn, no subscribers, nothing granted or pending) and can go.
+    /// runtime is then idle (no turn, no subscribers, nothing pending) and can go: what was
+    /// allowed for the chat is kept with the thread's row, and read back with it.
     fn sweep(&self, retention: std::time::Duration) -> bool {
         let mut state = self.state.lock();
         let stale =
@@ -315,10 +326,7 @@ impl ThreadRuntime {
         if stale {
             state.replay.clear();
         }
-        stale
-            && state.subscribers.is_empty()
-            && self.gate.pending().is_empty()
-            && !self.gate.has_grants()
+        stale && state.subscribers.is_empty() && self.gate.pending().is_empty()
     }
 
     /// Cancel the running turn; false when none runs.
@@ -358,13 +366,29 @@ impl ThreadHub {
         self.threads.lock().get(id).cloned()
     }
 
-    /// The live runtime of a thread, created from its stored owner and mode on first use.
+    /// The live runtime of a thread, created with `owner` and `mode` on first use.
+    #[cfg(test)]
     pub fn get_or_insert(&self, id: &str, owner: &str, mode: PermissionMode) -> Arc<ThreadRuntime> {
         self.threads
             .lock()
             .entry(id.to_owned())
             .or_insert_with(|| Arc::new(ThreadRuntime::new(id, owner, mode, self.replay_limit)))
             .clone()
+    }
+
+    /// The live runtime of a stored thread, created from its row on first use (its owner,
+    /// its mode, the tools allowed for the chat).
+    pub fn from_row(&self, row: &weft_store::ThreadRow) -> Arc<ThreadRuntime> {
+        let mut threads = self.threads.lock();
+        let thread = threads.entry(row.id.clone()).or_insert_with(|| {
+            let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
+            let thread = ThreadRuntime::new(&row.id, &row.owner, mode, self.replay_limit);
+            for tool in &row.allowed_tools {
+                thread.gate.allow_for_chat(tool);
+            }
+            Arc::new(thread)
+        });
+        thread.clone()
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<ThreadRuntime>> {
@@ -426,7 +450,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_janitor_drops_finished_idle_threads_but_keeps_grants_and_subscribers() {
+    fn the_janitor_drops_finished_idle_threads_but_keeps_subscribers_and_running_turns() {
         let hub = ThreadHub::new(1 << 20);
         let idle = hub.get_or_insert("idle", "u", PermissionMode::Default);
         let granted = hub.get_or_insert("granted", "u", PermissionMode::Default);
@@ -441,9 +465,13 @@ mod tests {
         let (sink, _frames) = crate::frame::ChannelSink::new(1, 1 << 20);
         watched.subscribe(sink);
         assert!(running.try_begin(CancellationToken::new(), "m"));
-        assert_eq!(hub.sweep(std::time::Duration::ZERO), 1);
+        assert_eq!(hub.sweep(std::time::Duration::ZERO), 2);
         assert!(hub.get("idle").is_none());
-        assert_eq!(hub.len(), 3);
+        assert!(
+            hub.get("granted").is_none(),
+            "its grants are on the thread's row"
+        );
+        assert_eq!(hub.len(), 2);
         assert!(
             watched.state.lock().replay.is_empty(),
             "the replay buffer is dropped"

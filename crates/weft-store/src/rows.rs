@@ -18,11 +18,13 @@ pub struct ThreadRow {
     pub agent: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The tools its user allowed for this chat (approved without asking in Default mode).
+    pub allowed_tools: Vec<String>,
 }
 
 impl ThreadRow {
     pub(crate) const COLUMNS: &'static str =
-        "id, owner, title, permission_mode, agent, created_at, updated_at";
+        "id, owner, title, permission_mode, agent, created_at, updated_at, allowed_tools";
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(ThreadRow {
@@ -33,6 +35,8 @@ impl ThreadRow {
             agent: get(row, "agent")?,
             created_at: get(row, "created_at")?,
             updated_at: get(row, "updated_at")?,
+            allowed_tools: serde_json::from_str(&get::<String>(row, "allowed_tools")?)
+                .map_err(|e| crate::StoreError::Corrupt(e.to_string()))?,
         })
     }
 }

@@ -33,6 +33,7 @@ impl Store {
             agent: None,
             created_at: now,
             updated_at: now,
+            allowed_tools: Vec::new(),
         })
     }
 
@@ -62,6 +63,17 @@ impl Store {
     pub async fn set_thread_mode(&self, id: &str, permission_mode: &str) -> Result<()> {
         sqlx::query("UPDATE threads SET permission_mode = $1 WHERE id = $2")
             .bind(permission_mode)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Keep the tools the thread's user allowed for this chat (the whole set).
+    pub async fn set_allowed_tools(&self, id: &str, tools: &[String]) -> Result<()> {
+        let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".to_owned());
+        sqlx::query("UPDATE threads SET allowed_tools = $1 WHERE id = $2")
+            .bind(tools)
             .bind(id)
             .execute(&self.pool)
             .await?;

@@ -216,6 +216,7 @@ async fn suite(store: &Store) {
         agent: Some("helper".into()),
         created_at: now,
         updated_at: now,
+        allowed_tools: Vec::new(),
     };
     let first = NewMessage {
         id: "m9".into(),
@@ -407,6 +408,7 @@ async fn group_commit(store: &Store) {
         agent: None,
         created_at: 0,
         updated_at: 0,
+        allowed_tools: Vec::new(),
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     {

@@ -118,16 +118,22 @@ pub fn validate(graph: &Graph, registry: &NodeRegistry) -> Result<Plan, Vec<Grap
     Ok(plan(graph, types, incoming, required_of, nesting))
 }
 
+/// A node's type, when it is known.
+type NodeTypeOf = Option<Arc<dyn NodeType>>;
+
+/// An edge into a node: `(from, output, input)`.
+type Incoming = (usize, String, String);
+
 /// Each node's type (ids unique, types known, static inputs fitting), where each id is, and
 /// how deep the graphs given to nodes nest.
 fn node_types<'g>(
     graph: &'g Graph,
     registry: &NodeRegistry,
     errors: &mut Vec<GraphError>,
-) -> (HashMap<&'g str, usize>, Vec<Option<Arc<dyn NodeType>>>, u32) {
+) -> (HashMap<&'g str, usize>, Vec<NodeTypeOf>, u32) {
     let mut index: HashMap<&str, usize> = HashMap::new();
     let mut nesting = 0;
-    let mut types: Vec<Option<Arc<dyn NodeType>>> = Vec::with_capacity(graph.nodes.len());
+    let mut types: Vec<NodeTypeOf> = Vec::with_capacity(graph.nodes.len());
     for (i, node) in graph.nodes.iter().enumerate() {
         if node.id.is_empty() || index.insert(node.id.as_str(), i).is_some() {
             errors.push(error(
@@ -160,8 +166,8 @@ fn edges<'g>(
     index: &HashMap<&str, usize>,
     types: &[Option<Arc<dyn NodeType>>],
     errors: &mut Vec<GraphError>,
-) -> (Vec<Vec<(usize, String, String)>>, HashSet<(usize, &'g str)>) {
-    let mut incoming: Vec<Vec<(usize, String, String)>> = vec![Vec::new(); graph.nodes.len()];
+) -> (Vec<Vec<Incoming>>, HashSet<(usize, &'g str)>) {
+    let mut incoming: Vec<Vec<Incoming>> = vec![Vec::new(); graph.nodes.len()];
     let mut connected: HashSet<(usize, &str)> = HashSet::new();
     for edge in &graph.edges {
         let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str()))

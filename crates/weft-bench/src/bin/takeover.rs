@@ -106,7 +106,11 @@ async fn main() {
     let mut taken: HashMap<String, Duration> = HashMap::new();
     while taken.len() < args.turns {
         if killed.elapsed() > Duration::from_millis(args.lease_ms) + Duration::from_secs(60) {
-            fail(&format!("only {} of {} turns were taken up", taken.len(), args.turns));
+            fail(&format!(
+                "only {} of {} turns were taken up",
+                taken.len(),
+                args.turns
+            ));
         }
         let held = store.leases_of("r1").await.unwrap_or_default();
         let now = killed.elapsed();
@@ -125,7 +129,10 @@ async fn main() {
         running += usize::from(matches!(owner, Ok(Some(owner)) if owner == "r1"));
     }
     if running != args.turns {
-        fail(&format!("{running} of {} turns run on the survivor", args.turns));
+        fail(&format!(
+            "{running} of {} turns run on the survivor",
+            args.turns
+        ));
     }
     let mut times: Vec<Duration> = taken.into_values().collect();
     times.sort();

@@ -6,7 +6,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use weft_core::{Call, ChatMessage, CutCall, Resume, Spent, ToolCallRequest};
+use serde_json::Value;
+use weft_core::{
+    prompts, Call, ChatMessage, ChildEnded, ChildResume, CutCall, Resume, Spent, ToolCallRequest,
+};
 use weft_protocol::{RecordEntry, ServerEvent, ToolCallStatus};
 use weft_store::{ApprovalRow, ItemRow, ModelCallRow};
 
@@ -53,21 +56,7 @@ pub fn resume_point(
         .collect();
     let (tail, cut_calls, answered) = rounds(&root);
     let pending: Vec<&ApprovalRow> = approvals.iter().filter(|a| a.status == "pending").collect();
-    let cut: Vec<CutCall> = cut_calls
-        .into_iter()
-        .map(|call| CutCall {
-            asked_at_ms: pending
-                .iter()
-                .find(|a| a.id == call.wire_id)
-                .map(|a| a.created_at),
-            started: kept.iter().any(|i| {
-                i.parent_id
-                    .as_deref()
-                    .is_some_and(|p| p.starts_with(&call.wire_id))
-            }),
-            call,
-        })
-        .collect();
+    let cut = cut_calls_of(&kept, cut_calls, &pending);
     let text = root
         .iter()
         .filter_map(|e| match e {
@@ -76,13 +65,14 @@ pub fn resume_point(
         })
         .collect();
     let emptied = drafts.iter().map(|d| emptied_draft(d)).collect();
-    let earlier_calls = call_events(&kept, &cut);
+    let resume = Resume {
+        text,
+        spent: spent(&kept, approvals, model_calls, started_at),
+        cut,
+    };
+    let earlier_calls = call_events(&kept, &resume.all_cut());
     ResumePoint {
-        resume: Resume {
-            text,
-            spent: spent(&kept, approvals, model_calls, started_at),
-            cut,
-        },
+        resume,
         tail,
         answered,
         emptied,
@@ -92,9 +82,90 @@ pub fn resume_point(
     }
 }
 
+/// The calls of a cut round: when each was asked for approval (if it still waited), whether
+/// it had started work of its own, and for a subtask, where it goes on from.
+fn cut_calls_of(kept: &[&ItemRow], calls: Vec<Call>, pending: &[&ApprovalRow]) -> Vec<CutCall> {
+    calls
+        .into_iter()
+        .map(|call| {
+            let started = kept.iter().any(|i| {
+                i.parent_id
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with(&call.wire_id))
+            });
+            let child = (call.request.name == prompts::RUN_SUBTASK)
+                .then(|| Box::new(child_resume(kept, &call.wire_id, pending, started)));
+            CutCall {
+                asked_at_ms: pending
+                    .iter()
+                    .find(|a| a.id == call.wire_id)
+                    .map(|a| a.created_at),
+                started,
+                child,
+                call,
+            }
+        })
+        .collect()
+}
+
+/// A subtask cut mid-way (run by call `call_id`), from the items it left.
+fn child_resume(
+    kept: &[&ItemRow],
+    call_id: &str,
+    pending: &[&ApprovalRow],
+    started: bool,
+) -> ChildResume {
+    let own: Vec<RecordEntry> = kept
+        .iter()
+        .filter(|i| i.parent_id.as_deref() == Some(call_id))
+        .flat_map(|i| entries(i))
+        .collect();
+    let (tail, open, answered) = rounds(&own);
+    let responses = own.iter().filter_map(|e| match e {
+        RecordEntry::Assistant { text, .. } => Some(text.as_str()),
+        _ => None,
+    });
+    let ended = if answered {
+        responses
+            .clone()
+            .next_back()
+            .map(|t| ChildEnded::Answer(t.to_owned()))
+    } else {
+        finished_with(&own).map(ChildEnded::Structured)
+    };
+    ChildResume {
+        text: responses.collect(),
+        cut: cut_calls_of(kept, open, pending),
+        tail,
+        ended,
+        charged: started,
+    }
+}
+
+/// The payload a subtask gave `finish_subtask`, when that call's result is on record and
+/// says it finished.
+fn finished_with(own: &[RecordEntry]) -> Option<Value> {
+    let finished = own.iter().find_map(|e| match e {
+        RecordEntry::ToolResult {
+            tool_call_id,
+            name,
+            is_error: false,
+            ..
+        } if name == prompts::FINISH_SUBTASK => Some(tool_call_id),
+        _ => None,
+    })?;
+    own.iter().find_map(|e| match e {
+        RecordEntry::Assistant { tool_calls, .. } => tool_calls
+            .iter()
+            .find(|c| &c.id == finished)
+            .and_then(|c| serde_json::from_str(&c.arguments).ok()),
+        _ => None,
+    })
+}
+
 /// The calls on record, as the `tool_call_update` events that built their tree nodes; the
-/// cut round's calls are left to the resumed turn.
-fn call_events(items: &[&ItemRow], cut: &[CutCall]) -> Vec<ServerEvent> {
+/// cut rounds' calls (a cut subtask's included) are left to the resumed turn.
+fn call_events(items: &[&ItemRow], cut: &[&CutCall]) -> Vec<ServerEvent> {
     let is_cut = |id: &str| cut.iter().any(|c| c.call.wire_id == id);
     let mut events = Vec::new();
     for item in items {
@@ -185,8 +256,9 @@ fn rounds(root: &[RecordEntry]) -> (Vec<ChatMessage>, Vec<Call>, bool) {
                     open.retain(|c| &c.wire_id != tool_call_id);
                 }
             }
-            RecordEntry::Summary { .. } | RecordEntry::User { .. } | RecordEntry::Subtask { .. } => {
-            }
+            RecordEntry::Summary { .. }
+            | RecordEntry::User { .. }
+            | RecordEntry::Subtask { .. } => {}
         }
     }
     (tail, open, answered)
@@ -231,8 +303,14 @@ fn spent(
         llm_calls: model_calls.len() as u64,
         tool_calls: results.len() as u64,
         subtasks: subtasks.len() as u64,
-        input_tokens: model_calls.iter().map(|m| m.input_tokens.max(0) as u64).sum(),
-        output_tokens: model_calls.iter().map(|m| m.output_tokens.max(0) as u64).sum(),
+        input_tokens: model_calls
+            .iter()
+            .map(|m| m.input_tokens.max(0) as u64)
+            .sum(),
+        output_tokens: model_calls
+            .iter()
+            .map(|m| m.output_tokens.max(0) as u64)
+            .sum(),
         cost_usd: model_calls.iter().map(|m| m.cost_usd).sum(),
         result_bytes: results.iter().map(|r| r.len() as u64).sum(),
         output_bytes: all
@@ -312,13 +390,19 @@ mod tests {
     #[test]
     fn a_cut_round_and_a_cut_draft_are_read_back() {
         let items = vec![
-            entry_row(place(0, None, 0), &response("one ", &[("a", "look")], false)),
+            entry_row(
+                place(0, None, 0),
+                &response("one ", &[("a", "look")], false),
+            ),
             results_row(place(1, None, 0), &[result("a", "look")]),
             entry_row(
                 place(2, None, 0),
                 &response("two ", &[("b", "write_file"), ("c", "run_subtask")], false),
             ),
-            entry_row(place(3, Some("c"), 1), &response("", &[("d", "look")], false)),
+            entry_row(
+                place(3, Some("c"), 1),
+                &response("", &[("d", "look")], false),
+            ),
             results_row(place(4, Some("c"), 1), &[result("d", "look")]),
         ];
         let asked = ApprovalRow {
@@ -342,7 +426,15 @@ mod tests {
             .map(|c| (c.call.wire_id.as_str(), c.asked_at_ms, c.started))
             .collect();
         assert_eq!(cut, [("b", Some(5), false), ("c", None, true)]);
-        assert_eq!(point.tail.len(), 3, "one round with its result, then the cut response");
+        assert!(point.resume.cut[0].child.is_none());
+        let child = point.resume.cut[1].child.as_deref().unwrap();
+        assert_eq!(child.tail.len(), 2, "the subtask's round with its result");
+        assert!(child.cut.is_empty() && child.ended.is_none() && child.charged);
+        assert_eq!(
+            point.tail.len(),
+            3,
+            "one round with its result, then the cut response"
+        );
         assert_eq!(point.resume.spent.tool_calls, 2);
         assert_eq!(point.resume.spent.subtasks, 1);
         // Four tree events: a and d start and end; the cut calls open again.
@@ -376,10 +468,38 @@ mod tests {
             results_row(place(1, None, 0), &[result("b", "write_file")]),
         ];
         let point = resume_point(&items, &[], &[], 0);
-        let cut: Vec<&str> = point.resume.cut.iter().map(|c| c.call.wire_id.as_str()).collect();
+        let cut: Vec<&str> = point
+            .resume
+            .cut
+            .iter()
+            .map(|c| c.call.wire_id.as_str())
+            .collect();
         assert_eq!(cut, ["a"]);
         assert_eq!(point.tail.len(), 2, "the response, then b's result");
         assert_eq!(point.resume.spent.tool_calls, 1);
+    }
+
+    #[test]
+    fn a_subtask_that_finished_before_its_parent_kept_the_result_only_ends() {
+        let items = vec![
+            entry_row(
+                place(0, None, 0),
+                &response("", &[("s", "run_subtask")], false),
+            ),
+            entry_row(
+                place(1, Some("s"), 1),
+                &response("", &[("w", "write_file")], false),
+            ),
+            results_row(place(2, Some("s"), 1), &[result("w", "write_file")]),
+            entry_row(place(3, Some("s"), 1), &response("all written", &[], false)),
+        ];
+        let point = resume_point(&items, &[], &[], 0);
+        let child = point.resume.cut[0].child.as_deref().unwrap();
+        assert_eq!(
+            child.ended,
+            Some(ChildEnded::Answer("all written".to_owned()))
+        );
+        assert_eq!(child.text, "all written");
     }
 
     fn root_text_of(items: &[ItemRow]) -> String {

@@ -55,7 +55,12 @@ impl Resumer for Runtime {
             .unwrap_or_else(|_| MessageContent::Text(asked.content.to_string()));
         // The thread's mode as last set (a change during the turn included).
         let permission_mode = PermissionMode::parse(&thread.permission_mode)
-            .or_else(|| message.permission_mode.as_deref().and_then(PermissionMode::parse))
+            .or_else(|| {
+                message
+                    .permission_mode
+                    .as_deref()
+                    .and_then(PermissionMode::parse)
+            })
             .unwrap_or_default();
         let mut request = TurnRequest::chat(content);
         request.thread_id = Some(thread.id.clone());
@@ -91,9 +96,8 @@ impl Resumer for Runtime {
         );
         history.extend(point.tail.iter().cloned());
 
-        let runtime = self
-            .hub
-            .get_or_insert(&thread.id, &thread.owner, permission_mode);
+        let runtime = self.hub.from_row(&thread);
+        runtime.refresh(&thread);
         runtime.gate.set_mode(permission_mode);
         let cancel = CancellationToken::new();
         if !runtime.try_begin(cancel.clone(), &message.id) {

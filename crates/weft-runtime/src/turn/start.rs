@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use weft_core::ExecutionMode;
-use weft_protocol::{AgentConfig, ErrorCode, PermissionMode};
+use weft_protocol::{AgentConfig, ErrorCode};
 use weft_store::{new_id, now_ms, ThreadRow};
 
 use super::request::{Route, TurnRequest};
@@ -210,20 +210,20 @@ impl Runtime {
                     agent: request.agent.clone(),
                     created_at: now,
                     updated_at: now,
+                    allowed_tools: Vec::new(),
                 })
             }
         };
         let Some(row) = existing.as_ref().or(new_thread.as_ref()) else {
             return Err(Refusal::internal("no thread"));
         };
-        let stored_mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
-        let runtime = self.hub.get_or_insert(&row.id, &row.owner, stored_mode);
+        let runtime = self.hub.from_row(row);
         if runtime.owner != user {
             return Err(Refusal::forbidden_thread());
         }
         if self.bus.is_some() && existing.is_some() && !runtime.is_active() {
             // Another replica may have changed it since this one last ran the thread.
-            runtime.gate.set_mode(stored_mode);
+            runtime.refresh(row);
         }
         let cancel = CancellationToken::new();
         let message_id = new_id();

@@ -59,6 +59,8 @@ pub(super) struct Resumed {
 }
 
 /// How the turn's task begins.
+// One per turn, moved once: not worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Begin {
     /// Write its start (the thread when new, the user message, the running message, the
     /// lease), then announce it.
@@ -114,7 +116,10 @@ impl Runtime {
         } = launch;
         let thread = claim.runtime;
         let (lease, lease_row) = match &resumed {
-            Some(_) => (self.leases.adopt(&claim.message_id, claim.cancel.clone()), None),
+            Some(_) => (
+                self.leases.adopt(&claim.message_id, claim.cancel.clone()),
+                None,
+            ),
             None => {
                 let (lease, row) = self.leases.take(&claim.message_id, claim.cancel.clone());
                 (lease, Some(row))
