@@ -291,12 +291,13 @@ impl Bus {
     }
 }
 
+/// What a caller is told when the replica running a turn did not answer.
+pub(crate) const UNANSWERED: &str =
+    "the replica running this thread's turn did not answer; try again";
+
 fn unavailable(message: String) -> Refusal {
     tracing::warn!("{message}");
-    Refusal::new(
-        ErrorCode::Internal,
-        "the replica running this thread's turn did not answer; try again",
-    )
+    Refusal::new(ErrorCode::Internal, UNANSWERED)
 }
 
 /// A followed turn's frames as they arrive from its owner.

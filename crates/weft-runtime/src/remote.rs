@@ -80,8 +80,11 @@ impl Runtime {
             })
             .await;
         if let Err(refusal) = asked {
-            // An owner that died is followed until another replica takes its turn up.
-            if self.turn_taken_over(&thread.id, &remote.replica).await != Owner::Dead {
+            // An owner that does not answer (it died, its lease not yet expired) or that died
+            // is followed until another replica takes its turn up, or it is found ended.
+            let unanswered = refusal.message == crate::bus::UNANSWERED;
+            if !unanswered && self.turn_taken_over(&thread.id, &remote.replica).await != Owner::Dead
+            {
                 thread.stop_following(sink.id());
                 frames.close().await;
                 return Err(refusal);
