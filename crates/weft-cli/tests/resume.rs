@@ -3,7 +3,8 @@
 //! turns up from their last completed round. Each round's text is kept once, no call that may
 //! have acted runs twice, a pending approval is asked again (same id) and answered, and a
 //! client that resumes with its `last_seq` gets the rest of the turn numbered after what it
-//! saw. On SQLite and on PostgreSQL.
+//! saw; a code-mode turn redoes the run it was cut in, meeting the calls it had made. On
+//! SQLite and on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -381,4 +382,87 @@ async fn a_turn_killed_before_its_first_round_starts_over() {
     assert_eq!(message["message"]["content"], "slowly ");
     server.stop().await;
     db.drop_database().await;
+}
+
+/// A code-mode turn killed while its run waited for an approval: taken up, it redoes that run
+/// whole; the read it had made gives back its recorded result (not run again), the write is
+/// asked again (same id) and runs once approved, and `done()` ends the turn without another
+/// model call.
+async fn code_run_redone(postgres: bool) {
+    let db = Db::new(postgres).await;
+    let code = "```js\nconst a = await tools.read_file({path: \"in.md\"});\nawait tools.write_file({path: \"out.md\", content: \"copied\"});\ndone(\"copied\");\n```";
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": code}, {"text": "a second model call", "repeat": true}]}]});
+    let workspace = db.dir.path().join("workspace/local");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("in.md"), "source").unwrap();
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "chat_message", "data": {"content": "copy it", "mode": "code"}}),
+    )
+    .await;
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    let call = frames.last().unwrap()["tool_call_id"].clone();
+    let last_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
+    server.kill().await;
+
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    assert_eq!(
+        frames.last().unwrap()["tool_call_id"],
+        call,
+        "the same approval"
+    );
+    let resumed = frames.iter().find(|f| f["type"] == "turn_resumed").unwrap();
+    assert_eq!(resumed["mode"], "code");
+    send(
+        &mut ws,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{message}");
+    assert_eq!(message["message"]["content"], "copied");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("out.md")).unwrap(),
+        "copied"
+    );
+    let id = message["message"]["id"].as_str().unwrap();
+    let trace = server
+        .get(&format!("/threads/{thread}/messages/{id}/trace"))
+        .await;
+    let (mut reads, mut writes, mut runs) = (Vec::new(), Vec::new(), Vec::new());
+    results_named(&trace, "read_file", &mut reads);
+    results_named(&trace, "write_file", &mut writes);
+    results_named(&trace, "code.execute", &mut runs);
+    assert_eq!(reads, ["source"], "read once: {trace}");
+    assert_eq!(writes.len(), 1, "{trace}");
+    assert!(writes[0].starts_with("wrote"), "{trace}");
+    assert_eq!(runs.len(), 1, "one run on record: {trace}");
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_code_run_cut_mid_way_is_redone_whole_on_sqlite() {
+    code_run_redone(false).await;
+}
+
+#[tokio::test]
+async fn a_code_run_cut_mid_way_is_redone_whole_on_postgres() {
+    code_run_redone(true).await;
 }

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use std::sync::Mutex;
 use serde_json::{json, Value};
+use std::sync::Mutex;
 use support::{Db, Nats, Server, NO_USER_LIMITS};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -79,7 +79,11 @@ struct Seen {
 
 /// Run turn `turn` to its end through whichever server lives, reconnecting as a client would.
 async fn drive(turn: usize, live: Live, started: tokio::sync::mpsc::Sender<()>) -> Seen {
-    let mode = if turn % 4 == 0 { "default" } else { "auto" };
+    let mode = if turn.is_multiple_of(4) {
+        "default"
+    } else {
+        "auto"
+    };
     let mut seen = Seen::default();
     let mut started = Some(started);
     for attempt in 0..200 {
@@ -100,10 +104,18 @@ async fn drive(turn: usize, live: Live, started: tokio::sync::mpsc::Sender<()>) 
             seen.reconnects += 1;
         }
         let first = match &seen.thread {
-            None => json!({"command": "chat_message", "data": {"content": format!("{} go", tag(turn)), "permission_mode": mode}}),
-            Some(thread) => json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": seen.last_seq}}),
+            None => {
+                json!({"command": "chat_message", "data": {"content": format!("{} go", tag(turn)), "permission_mode": mode}})
+            }
+            Some(thread) => {
+                json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": seen.last_seq}})
+            }
         };
-        if ws.send(Message::Text(first.to_string().into())).await.is_err() {
+        if ws
+            .send(Message::Text(first.to_string().into()))
+            .await
+            .is_err()
+        {
             continue;
         }
         while let Ok(Some(Ok(message))) =
@@ -132,7 +144,9 @@ async fn drive(turn: usize, live: Live, started: tokio::sync::mpsc::Sender<()>) 
                     seen.text = f["content"].as_str().unwrap().to_owned();
                 }
                 "chunk" if f["done"] == true && root => return seen,
-                "chunk" if root => seen.text.push_str(f["content"].as_str().unwrap_or_default()),
+                "chunk" if root => seen
+                    .text
+                    .push_str(f["content"].as_str().unwrap_or_default()),
                 "message" => seen.message = Some(f.clone()),
                 "tool_approval_request" => {
                     let allow = json!({"type": "tool_approval_response", "tool_call_id": f["tool_call_id"], "decision": "allow"});
@@ -171,11 +185,23 @@ fn results_named(trace: &Value, tool: &str, out: &mut Vec<(String, String)>) {
 /// client assembled it, too), `seq` only up, each call settled once, each file written by at
 /// most one call, and written when its call says so.
 async fn check(turn: usize, seen: &Seen, server: &Server, db: &Db) {
-    assert!(seen.out_of_order.is_empty(), "turn {turn}: seq went back: {seen:?}");
-    let message = seen.message.as_ref().unwrap_or_else(|| panic!("turn {turn}: {seen:?}"));
-    assert_eq!(message["message"]["status"], "completed", "turn {turn}: {message}");
+    assert!(
+        seen.out_of_order.is_empty(),
+        "turn {turn}: seq went back: {seen:?}"
+    );
+    let message = seen
+        .message
+        .as_ref()
+        .unwrap_or_else(|| panic!("turn {turn}: {seen:?}"));
+    assert_eq!(
+        message["message"]["status"], "completed",
+        "turn {turn}: {message}"
+    );
     assert_eq!(message["message"]["content"], WHOLE_TEXT, "turn {turn}");
-    assert_eq!(seen.text, WHOLE_TEXT, "turn {turn}: the client's text: {seen:?}");
+    assert_eq!(
+        seen.text, WHOLE_TEXT,
+        "turn {turn}: the client's text: {seen:?}"
+    );
     let thread = seen.thread.as_deref().unwrap();
     let id = message["message"]["id"].as_str().unwrap();
     let trace = server
@@ -187,7 +213,10 @@ async fn check(turn: usize, seen: &Seen, server: &Server, db: &Db) {
     let mut written: HashMap<String, u32> = HashMap::new();
     for (call, result) in &writes {
         *calls.entry(call).or_default() += 1;
-        if let Some(path) = result.strip_prefix("wrote ").and_then(|r| r.split(" to ").nth(1)) {
+        if let Some(path) = result
+            .strip_prefix("wrote ")
+            .and_then(|r| r.split(" to ").nth(1))
+        {
             *written.entry(path.to_owned()).or_default() += 1;
             let file = db.dir.path().join("workspace/local").join(path);
             assert!(file.exists(), "turn {turn}: {path} said written, not there");
@@ -195,9 +224,19 @@ async fn check(turn: usize, seen: &Seen, server: &Server, db: &Db) {
             assert!(result.starts_with("interrupted"), "turn {turn}: {result}");
         }
     }
-    assert_eq!(writes.len(), 6, "turn {turn}: five writes and the subtask's: {trace}");
-    assert!(calls.values().all(|n| *n == 1), "turn {turn}: a call settled twice: {writes:?}");
-    assert!(written.values().all(|n| *n == 1), "turn {turn}: a file written twice: {writes:?}");
+    assert_eq!(
+        writes.len(),
+        6,
+        "turn {turn}: five writes and the subtask's: {trace}"
+    );
+    assert!(
+        calls.values().all(|n| *n == 1),
+        "turn {turn}: a call settled twice: {writes:?}"
+    );
+    assert!(
+        written.values().all(|n| *n == 1),
+        "turn {turn}: a file written twice: {writes:?}"
+    );
 }
 
 /// A seed from the clock, or `WEFT_STORM_SEED`.
@@ -244,25 +283,33 @@ async fn storm(setup: Setup) {
     for rep in 0..scale("WEFT_STORM_REPS", 2) {
         // A turn lasts about two seconds.
         let kill_after = Duration::from_millis(50 + next(&mut rng) % 1_500);
-        eprintln!("repetition {rep}: kill {} ms after every turn started", kill_after.as_millis());
+        eprintln!(
+            "repetition {rep}: kill {} ms after every turn started",
+            kill_after.as_millis()
+        );
         one_storm(setup, turns, kill_after).await;
     }
 }
 
 async fn one_storm(setup: Setup, turns: usize, kill_after: Duration) {
-    let postgres = matches!(setup, Setup::TwoReplicas | Setup::Restarted { postgres: true });
+    let postgres = matches!(
+        setup,
+        Setup::TwoReplicas | Setup::Restarted { postgres: true }
+    );
     let db = Db::new(postgres).await;
     let script = script(turns);
     let nats = match setup {
         Setup::TwoReplicas => Some(Nats::start().await),
         Setup::Restarted { .. } => None,
     };
-    let config = |id: &str| match &nats {
+    let config = |id: &str| {
+        match &nats {
         Some(nats) => format!(
             "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 1500\nheartbeat_ms = 250\n",
             nats.url
         ),
         None => format!("{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\n"),
+    }
     };
     let doomed = Server::start_with(&db, &script, &config("a")).await;
     let survivor = match setup {

@@ -13,6 +13,7 @@ use weft_core::{ChatMessage, HostedTurn, OpenCall, TurnOutcome, TurnSpec};
 
 use crate::history::flatten;
 use crate::prompt::{code_result_message, extract_code, CODE_EXECUTE};
+use crate::run_result::result_text;
 use crate::sandbox::{self, FromHost, Limits, Report, ToHost};
 
 pub async fn run_turn(mut spec: TurnSpec, limits: Limits, max_rounds: u32) -> TurnOutcome {
@@ -51,6 +52,26 @@ async fn rounds(
         .map(str::to_owned)
         .collect();
     let mut store = HashMap::new();
+    // A turn taken up after its process died redoes the run it was cut in, whole.
+    let cut = hosted.take_resume().and_then(|r| {
+        r.cut
+            .into_iter()
+            .find(|c| c.call.request.name == CODE_EXECUTE)
+    });
+    if let Some(cut) = cut {
+        let code = serde_json::from_str::<Value>(&cut.call.request.arguments)
+            .ok()
+            .and_then(|args| args["code"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let Ok(open) = hosted.reopen_call(&cut) else {
+            return;
+        };
+        let (content, ended) = run_code(hosted, open, code, &tool_names, limits, &mut store).await;
+        history.push(ChatMessage::user(code_result_message(&content)));
+        if ended {
+            return;
+        }
+    }
     for _ in 0..max_rounds {
         if hosted.is_stopped() {
             return;
@@ -67,19 +88,46 @@ async fn rounds(
         let Ok(open) = hosted.open_call(&answer, CODE_EXECUTE, json!({ "code": code })) else {
             return;
         };
-        let (report, shown) = execute(hosted, &open, code, &tool_names, limits, &mut store).await;
-        let (content, is_error) = result_text(&report, &shown);
-        let content = hosted.close_call(open, content, is_error);
+        let (content, ended) = run_code(
+            hosted,
+            open,
+            code.to_owned(),
+            &tool_names,
+            limits,
+            &mut store,
+        )
+        .await;
         history.push(ChatMessage::user(code_result_message(&content)));
-        if let Some(value) = report.done {
-            if let Some(value) = value {
-                hosted.say(&display(&value));
-            }
+        if ended {
             return;
         }
     }
     if !hosted.is_stopped() {
         hosted.out_of_rounds(max_rounds);
+    }
+}
+
+/// Run `code` as the call `open`, and close it: its result as recorded, and whether the
+/// code ended the turn (`done()`, whose value is then said).
+async fn run_code(
+    hosted: &HostedTurn,
+    open: OpenCall,
+    code: String,
+    tool_names: &[String],
+    limits: Limits,
+    store: &mut HashMap<String, String>,
+) -> (String, bool) {
+    let (report, shown) = execute(hosted, &open, &code, tool_names, limits, store).await;
+    let (content, is_error) = result_text(&report, &shown);
+    let content = hosted.close_call(open, content, is_error);
+    match report.done {
+        Some(value) => {
+            if let Some(value) = value {
+                hosted.say(&display(&value));
+            }
+            (content, true)
+        }
+        None => (content, false),
     }
 }
 
@@ -175,26 +223,6 @@ fn lost() -> (Report, HashMap<String, String>) {
         },
         HashMap::new(),
     )
-}
-
-/// What the model reads back about a run.
-fn result_text(report: &Report, shown: &str) -> (String, bool) {
-    let mut parts = Vec::new();
-    match &report.outcome {
-        Ok(None) => parts.push("ok".to_owned()),
-        Ok(Some(value)) => parts.push(format!("ok; returned {value}")),
-        Err(error) => parts.push(format!("error: {error}")),
-    }
-    if report.done.is_some() {
-        parts.push("done() was called: the turn ends here".to_owned());
-    }
-    if !shown.is_empty() {
-        parts.push(format!("shown to the user:\n{shown}"));
-    }
-    if !report.logs.is_empty() {
-        parts.push(format!("logs:\n{}", report.logs.join("\n")));
-    }
-    (parts.join("\n"), report.outcome.is_err())
 }
 
 /// A `done()` value for the user: strings as they are, anything else as JSON.

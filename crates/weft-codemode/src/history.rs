@@ -1,10 +1,14 @@
 //! History for a code-mode model, which calls no tools directly: earlier tool calls become
 //! text in the assistant message and their results one user message per round, so classic
 //! turns stay readable context (and the step count, one per assistant message, is kept).
+//! Code runs read as they did when they ran: the response with its code, then the run's
+//! result.
 
 use std::collections::HashMap;
 
 use weft_core::{ChatMessage, Role};
+
+use crate::prompt::{code_result_message, CODE_EXECUTE};
 
 /// `history` without tool calls or tool messages.
 pub fn flatten(history: Vec<ChatMessage>) -> Vec<ChatMessage> {
@@ -16,6 +20,10 @@ pub fn flatten(history: Vec<ChatMessage>) -> Vec<ChatMessage> {
             Role::Tool => {
                 let id = message.tool_call_id.clone().unwrap_or_default();
                 let name = names.get(&id).map_or("a tool", String::as_str);
+                if name == CODE_EXECUTE {
+                    out.push(ChatMessage::user(code_result_message(&message.text())));
+                    continue;
+                }
                 let failed = if message.is_error { " (failed)" } else { "" };
                 results.push(format!("[result of {name}{failed}]\n{}", message.text()));
             }
@@ -28,6 +36,9 @@ pub fn flatten(history: Vec<ChatMessage>) -> Vec<ChatMessage> {
                     let mut text = message.text();
                     for call in &message.tool_calls {
                         names.insert(call.id.clone(), call.name.clone());
+                        if call.name == CODE_EXECUTE {
+                            continue;
+                        }
                         if !text.is_empty() {
                             text.push('\n');
                         }
@@ -86,5 +97,28 @@ mod tests {
             ]
         );
         assert!(flat.iter().all(|m| m.tool_calls.is_empty()));
+    }
+
+    #[test]
+    fn a_code_run_reads_as_it_ran() {
+        let run = ToolCallRequest {
+            id: "c".into(),
+            name: CODE_EXECUTE.into(),
+            arguments: "{\"code\":\"return 1\"}".into(),
+        };
+        let history = vec![
+            ChatMessage::user("count"),
+            ChatMessage::assistant("```js\nreturn 1\n```", vec![run]),
+            ChatMessage::tool_result("c", "ok; returned 1", false),
+        ];
+        let texts: Vec<String> = flatten(history).iter().map(ChatMessage::text).collect();
+        assert_eq!(
+            texts,
+            [
+                "count",
+                "```js\nreturn 1\n```",
+                &code_result_message("ok; returned 1")
+            ]
+        );
     }
 }

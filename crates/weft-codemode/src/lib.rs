@@ -6,6 +6,7 @@ pub mod catalogue;
 mod executor;
 pub mod history;
 pub mod prompt;
+mod run_result;
 pub mod sandbox;
 
 use async_trait::async_trait;
@@ -13,6 +14,7 @@ use weft_core::{prompts, ExecutionMode, Toolbelt, TurnOutcome, TurnSpec};
 use weft_protocol::{AgentConfig, PermissionMode};
 
 pub use prompt::{code_result_message, CODE_EXECUTE};
+pub use run_result::{ended_in, said_in};
 pub use sandbox::Limits;
 
 /// The mode's name in `chat_message.data.mode`.

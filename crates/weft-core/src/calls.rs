@@ -3,6 +3,7 @@
 //! call). Each goes through the very path a model's call takes: validation, the gate and
 //! approvals, budget, timeout, truncation or offloading, metadata, events, record.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -11,13 +12,14 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use weft_protocol::{AgentConfig, PermissionMode, ServerEvent};
 
-use crate::dispatch::dispatch_one;
+use crate::dispatch::{dispatch_one, maybe_ran, runs_again};
 use crate::events::EventSink;
 use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::prompts;
 use crate::record::{new_call_id, Call, Place};
 use crate::repetition::RepetitionGuard;
+use crate::resume::MadeCall;
 use crate::sample::{sample, SampleError};
 use crate::tool::{ModelError, NestedCalls, ToolOutcome};
 use crate::toolbelt::Toolbelt;
@@ -29,6 +31,8 @@ pub struct CallSite {
     level: Level,
     guard: Mutex<RepetitionGuard>,
     slots: Arc<Semaphore>,
+    /// The calls a cut run made, met again in order while it is redone.
+    replay: Mutex<VecDeque<MadeCall>>,
 }
 
 /// What a tool gets to make calls of its own: nested under its call, one level deeper.
@@ -164,8 +168,58 @@ impl CallSite {
         CallSite {
             guard: Mutex::new(RepetitionGuard::new(turn.config.max_identical_calls)),
             slots: Arc::new(Semaphore::new(turn.config.max_parallel_per_turn.max(1))),
+            replay: Mutex::new(VecDeque::new()),
             turn,
             level,
+        }
+    }
+
+    /// Redo a cut run here: the calls it made are met again, in order, as long as the run
+    /// makes the same ones (see [`CallSite::call_tool`]).
+    pub(crate) fn replaying(self, made: Vec<MadeCall>) -> CallSite {
+        *self.replay.lock() = made.into();
+        self
+    }
+
+    /// The call the redone run made before, if this one (`name`, `arguments`) is the next
+    /// it made; a different call ends the replay (the run went another way).
+    fn made_before(&self, name: &str, arguments: &str) -> Option<MadeCall> {
+        let mut replay = self.replay.lock();
+        let same = replay
+            .front()
+            .is_some_and(|m| m.request.name == name && m.request.arguments == arguments);
+        if same {
+            replay.pop_front()
+        } else {
+            replay.clear();
+            None
+        }
+    }
+
+    /// A call a cut run made before, met again: its result on record is given back; one
+    /// without runs again when it is a read or idempotent or was waiting for its approval,
+    /// and otherwise is answered that it may or may not have taken effect.
+    async fn meet_again(&self, made: MadeCall) -> ToolOutcome {
+        if let Some((content, is_error)) = made.result {
+            return ToolOutcome { content, is_error };
+        }
+        let call = match &made.cut {
+            Some(cut) => cut.call.clone(),
+            None => Call {
+                wire_id: made.request.id.clone(),
+                request: made.request.clone(),
+            },
+        };
+        let result = match &made.cut {
+            Some(cut) if !runs_again(&self.level, cut) => maybe_ran(&self.turn, &self.level, &call),
+            _ => dispatch_one(&self.turn, &self.level, &call, &self.guard).await,
+        };
+        self.turn
+            .recorder
+            .results(self.level.place(), &[result.recorded()]);
+        ToolOutcome {
+            content: result.content,
+            is_error: result.is_error,
         }
     }
 
@@ -184,6 +238,9 @@ impl CallSite {
             1
         };
         let _slot = self.slots.acquire_many(wanted).await;
+        if let Some(made) = self.made_before(name, &arguments) {
+            return self.meet_again(made).await;
+        }
         let wire_id = new_call_id(name);
         let call = Call {
             wire_id: wire_id.clone(),

@@ -18,6 +18,7 @@ use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::record::{new_call_id, Call, Place, RecordedResult};
 use crate::recursion::ENGINE;
+use crate::resume::{CutCall, MadeCall, Resume};
 use crate::sample::{sample, SampleError};
 use crate::spec::{TurnEnd, TurnOutcome, TurnSpec};
 use crate::tool::{ModelError, ToolOutcome};
@@ -48,10 +49,16 @@ impl HostedTurn {
     pub fn start(spec: &TurnSpec) -> HostedTurn {
         let turn = Arc::new(Turn::new(spec, &ENGINE));
         let root = Level::root(&turn.config, &turn.llm, spec, None);
+        // A resumed turn's answer goes on from what it had said.
+        let said = spec
+            .resume
+            .as_ref()
+            .map(|r| r.text.clone())
+            .unwrap_or_default();
         HostedTurn {
             turn,
             root,
-            text: Mutex::new(String::new()),
+            text: Mutex::new(said),
             attachments: Mutex::new(Vec::new()),
         }
     }
@@ -166,6 +173,32 @@ impl HostedTurn {
         self.turn
             .recorder
             .assistant(self.root.place(), response, &[call.recorded()]);
+        self.open(wire_id, name, args, Vec::new())
+    }
+
+    /// Open again the call a resumed turn was cut in (its response is on record already):
+    /// its `start` event again, same id. The calls it had made are met again while the same
+    /// ones are made: a result on record is given back, a read (or idempotent call) or one
+    /// that waited for its approval runs (or is asked for) again, and any other is answered
+    /// that it may or may not have taken effect.
+    pub fn reopen_call(&self, cut: &CutCall) -> Result<OpenCall, String> {
+        let args = serde_json::from_str(&cut.call.request.arguments)
+            .unwrap_or_else(|_| Value::String(cut.call.request.arguments.clone()));
+        let made = cut
+            .child
+            .as_ref()
+            .map(|c| c.made_calls())
+            .unwrap_or_default();
+        self.open(cut.call.wire_id.clone(), &cut.call.request.name, args, made)
+    }
+
+    fn open(
+        &self,
+        wire_id: String,
+        name: &str,
+        args: Value,
+        made: Vec<MadeCall>,
+    ) -> Result<OpenCall, String> {
         self.turn.events.emit(ServerEvent::ToolCallUpdate {
             tool_call_id: wire_id.clone(),
             name: name.to_owned(),
@@ -186,7 +219,8 @@ impl HostedTurn {
             1,
             Some(wire_id.clone()),
             &self.root.toolbelt,
-        );
+        )
+        .replaying(made);
         Ok(OpenCall {
             wire_id,
             name: name.to_owned(),
@@ -194,6 +228,12 @@ impl HostedTurn {
             started: Instant::now(),
             inner,
         })
+    }
+
+    /// A resumed turn's starting point, once: what it had said, spent, and the round it was
+    /// cut in.
+    pub fn take_resume(&self) -> Option<Resume> {
+        self.turn.take_resume()
     }
 
     /// Calls made at the root (a workflow run's nodes).

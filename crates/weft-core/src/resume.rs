@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::message::ChatMessage;
+use crate::message::{ChatMessage, Role, ToolCallRequest};
 use crate::record::Call;
 
 /// Where a resumed turn starts from.
@@ -53,7 +53,8 @@ pub struct CutCall {
     pub child: Option<Box<ChildResume>>,
 }
 
-/// A subtask cut mid-way, as its record leaves it.
+/// A subtask (or a mode's own call, such as a code run) cut mid-way, as its record leaves
+/// it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChildResume {
     /// Its rounds after its instructions, the cut round's response last.
@@ -100,5 +101,44 @@ impl CutCall {
     /// reads or says a repeat does no harm and it had not started work of its own.
     pub(crate) fn runs_again(&self, read_or_idempotent: bool) -> bool {
         self.child.is_some() || self.asked_at_ms.is_some() || (read_or_idempotent && !self.started)
+    }
+}
+
+/// A call a cut code run had made, as it is met again when the run is redone: its result
+/// when that is on record, else how it was cut.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MadeCall {
+    pub request: ToolCallRequest,
+    pub result: Option<(String, bool)>,
+    pub cut: Option<CutCall>,
+}
+
+impl ChildResume {
+    /// The calls made under the cut call, in the order they were made (a code run makes
+    /// one call per response).
+    pub(crate) fn made_calls(&self) -> Vec<MadeCall> {
+        let mut made = Vec::new();
+        for message in &self.tail {
+            for request in &message.tool_calls {
+                let result = self
+                    .tail
+                    .iter()
+                    .find(|m| {
+                        m.role == Role::Tool && m.tool_call_id.as_deref() == Some(&request.id)
+                    })
+                    .map(|m| (m.text(), m.is_error));
+                let cut = self
+                    .cut
+                    .iter()
+                    .find(|c| c.call.request.id == request.id)
+                    .cloned();
+                made.push(MadeCall {
+                    request: request.clone(),
+                    result,
+                    cut,
+                });
+            }
+        }
+        made
     }
 }

@@ -93,7 +93,10 @@ fn cut_calls_of(kept: &[&ItemRow], calls: Vec<Call>, pending: &[&ApprovalRow]) -
                     .as_deref()
                     .is_some_and(|p| p.starts_with(&call.wire_id))
             });
-            let child = (call.request.name == prompts::RUN_SUBTASK)
+            // A subtask goes on from its last round; a code run is redone meeting its calls.
+            let nests = [prompts::RUN_SUBTASK, weft_codemode::CODE_EXECUTE];
+            let child = nests
+                .contains(&call.request.name.as_str())
                 .then(|| Box::new(child_resume(kept, &call.wire_id, pending, started)));
             CutCall {
                 asked_at_ms: pending
@@ -108,7 +111,7 @@ fn cut_calls_of(kept: &[&ItemRow], calls: Vec<Call>, pending: &[&ApprovalRow]) -
         .collect()
 }
 
-/// A subtask cut mid-way (run by call `call_id`), from the items it left.
+/// A subtask or code run cut mid-way (run by call `call_id`), from the items it left.
 fn child_resume(
     kept: &[&ItemRow],
     call_id: &str,

@@ -1,25 +1,27 @@
 //! Taking up a turn whose process died (this replica took its lease): its thread, agent,
 //! model, permission mode and execution mode as they were, its history rebuilt from the
-//! record, then the turn's task goes on from its last completed round. Only `classic`
-//! turns go on; a workflow run, a media generation or a code-mode turn is closed instead.
+//! record, then the turn's task goes on from its last completed round. `classic` and `code`
+//! turns go on (a code turn redoes the run it was cut in); a workflow run or a media
+//! generation is closed instead.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use weft_core::TokenCounter;
+use weft_core::{ChatMessage, TokenCounter};
 use weft_protocol::{MessageContent, PermissionMode};
-use weft_store::{MessageRow, StoreError};
+use weft_store::{MessageRow, StoreError, ThreadRow};
 
 use super::request::{Route, TurnRequest};
+use super::resolve::Setup;
 use super::start::Claim;
 use super::task::{Launch, Resumed};
 use crate::record::history::provider_history;
-use crate::record::resume_point::resume_point;
+use crate::record::resume_point::{resume_point, ResumePoint};
 use crate::recovery::Resumer;
 use crate::runtime::Runtime;
 
-/// The only execution mode whose turns go on after a restart.
-const RESUMABLE_MODE: &str = "classic";
+/// The execution modes whose turns go on after a restart.
+const RESUMABLE_MODES: [&str; 2] = ["classic", weft_codemode::CODE];
 
 #[async_trait::async_trait]
 impl Resumer for Runtime {
@@ -37,10 +39,13 @@ impl Resumer for Runtime {
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_default();
-        if metadata["mode"].as_str() != Some(RESUMABLE_MODE) {
+        let Some(mode_name) = metadata["mode"]
+            .as_str()
+            .filter(|m| RESUMABLE_MODES.contains(m))
+        else {
             return Ok(false);
-        }
-        let Ok(mode) = self.modes.get(Some(RESUMABLE_MODE)) else {
+        };
+        let Ok(mode) = self.modes.get(Some(mode_name)) else {
             return Ok(false);
         };
         let messages = store.messages(&thread.id).await?;
@@ -65,7 +70,7 @@ impl Resumer for Runtime {
         let mut request = TurnRequest::chat(content);
         request.thread_id = Some(thread.id.clone());
         request.route = Route::Chat {
-            mode: Some(RESUMABLE_MODE.to_owned()),
+            mode: Some(mode_name.to_owned()),
         };
         request.permission_mode = Some(permission_mode);
         let user = thread.owner.clone();
@@ -77,24 +82,9 @@ impl Resumer for Runtime {
             }
         };
 
-        let items = store.turn_items(&thread.id, &message.id).await?;
-        let approvals = store.approvals(&thread.id).await?;
-        let mut model_calls = store.model_calls(&thread.id).await?;
-        model_calls.retain(|m| m.message_id == message.id);
-        let point = resume_point(&items, &approvals, &model_calls, message.created_at);
-        let earlier: Vec<MessageRow> = messages
-            .into_iter()
-            .filter(|m| m.position < message.position)
-            .collect();
-        let mut root_items = store.root_items(&thread.id).await?;
-        root_items.retain(|i| i.message_id != message.id);
-        let mut history = provider_history(
-            &earlier,
-            &root_items,
-            setup.agent.max_history_tokens,
-            TokenCounter::for_model(&setup.model),
-        );
-        history.extend(point.tail.iter().cloned());
+        let (point, history) = self
+            .read_point(&thread, message, messages, mode_name, &setup)
+            .await?;
 
         let runtime = self.hub.from_row(&thread);
         runtime.refresh(&thread);
@@ -126,7 +116,7 @@ impl Resumer for Runtime {
                 cancel,
             },
             mode,
-            mode_name: RESUMABLE_MODE.to_owned(),
+            mode_name: mode_name.to_owned(),
             permission_mode,
             mode_change: None,
             agent_change: None,
@@ -142,5 +132,44 @@ impl Resumer for Runtime {
             }),
         });
         Ok(true)
+    }
+}
+
+impl Runtime {
+    /// Where the cut turn `message` goes on from, and its history: the thread's earlier
+    /// turns (pruned as for any turn), then its own completed rounds.
+    async fn read_point(
+        &self,
+        thread: &ThreadRow,
+        message: &MessageRow,
+        messages: Vec<MessageRow>,
+        mode_name: &str,
+        setup: &Setup,
+    ) -> Result<(ResumePoint, Vec<ChatMessage>), StoreError> {
+        let store = &self.store;
+        let items = store.turn_items(&thread.id, &message.id).await?;
+        let approvals = store.approvals(&thread.id).await?;
+        let mut model_calls = store.model_calls(&thread.id).await?;
+        model_calls.retain(|m| m.message_id == message.id);
+        let mut point = resume_point(&items, &approvals, &model_calls, message.created_at);
+        if mode_name == weft_codemode::CODE {
+            // What a code turn said is its runs' output, not its responses (its code).
+            point.resume.text = weft_codemode::said_in(&point.tail);
+            point.answered |= weft_codemode::ended_in(&point.tail);
+        }
+        let earlier: Vec<MessageRow> = messages
+            .into_iter()
+            .filter(|m| m.position < message.position)
+            .collect();
+        let mut root_items = store.root_items(&thread.id).await?;
+        root_items.retain(|i| i.message_id != message.id);
+        let mut history = provider_history(
+            &earlier,
+            &root_items,
+            setup.agent.max_history_tokens,
+            TokenCounter::for_model(&setup.model),
+        );
+        history.extend(point.tail.iter().cloned());
+        Ok((point, history))
     }
 }
