@@ -95,7 +95,8 @@ async fn killed_mid_turn(postgres: bool) {
     let script = rounds_script();
     let server = start(&db, &script).await;
     let mut ws = server.connect().await;
-    send(&mut ws, json!({"command": "chat_message", "data": {"content": "write six files", "permission_mode": "auto"}})).await;
+    // On a model of the message's own choosing: the resumed turn runs on it too.
+    send(&mut ws, json!({"command": "chat_message", "data": {"content": "write six files", "permission_mode": "auto", "model": "chosen-model"}})).await;
     let (thread, last_seq) = kill_after_writing(server, &mut ws, "f2.md").await;
 
     let server = start(&db, &script).await;
@@ -118,6 +119,7 @@ async fn killed_mid_turn(postgres: bool) {
     let message = frames.iter().find(|f| f["type"] == "message").unwrap();
     assert_eq!(message["message"]["status"], "completed", "{message}");
     assert_eq!(message["message"]["content"], "r0 r1 r2 r3 r4 r5 done");
+    assert_eq!(message["message"]["metadata"]["model"], "chosen-model");
     let nodes = message["message"]["execution_tree"]["nodes"]
         .as_array()
         .unwrap();

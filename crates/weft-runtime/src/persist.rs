@@ -22,6 +22,15 @@ pub struct TurnRecord<'a> {
     pub agent: &'a str,
     /// The execution mode it runs in.
     pub mode: &'a str,
+    /// The provider and model it runs on.
+    pub provider: &'a str,
+    pub model: &'a str,
+}
+
+/// What the assistant message's `metadata` says of the run: its agent, mode, provider and
+/// model (a turn taken up after a crash runs on them again).
+fn run_metadata(record: &TurnRecord<'_>) -> serde_json::Value {
+    json!({"agent": record.agent, "mode": record.mode, "provider": record.provider, "model": record.model})
 }
 
 pub fn end_status(end: &TurnEnd) -> &'static str {
@@ -50,7 +59,7 @@ pub fn running_message(record: &TurnRecord<'_>) -> NewMessage {
         cost_usd: 0.0,
         created_at: record.started_at,
         position: record.position,
-        metadata: Some(json!({"agent": record.agent, "mode": record.mode}).to_string()),
+        metadata: Some(run_metadata(record).to_string()),
     }
 }
 
@@ -58,7 +67,7 @@ pub fn running_message(record: &TurnRecord<'_>) -> NewMessage {
 /// tree, taken from the outcome).
 pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (WriteOp, StoredMessage) {
     let tree = Arc::new(std::mem::take(&mut outcome.tree));
-    let mut metadata = json!({"agent": record.agent, "mode": record.mode});
+    let mut metadata = run_metadata(record);
     if let Some(plan) = &outcome.plan {
         metadata["plan"] = json!(plan);
     }

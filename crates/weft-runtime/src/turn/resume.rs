@@ -73,6 +73,9 @@ impl Resumer for Runtime {
             mode: Some(mode_name.to_owned()),
         };
         request.permission_mode = Some(permission_mode);
+        // On the provider and model it ran on (a message's own choice included).
+        request.provider = metadata["provider"].as_str().map(str::to_owned);
+        request.model = metadata["model"].as_str().map(str::to_owned);
         let user = thread.owner.clone();
         let setup = match self.setup(&user, &request, Some(&thread)).await {
             Ok(setup) => setup,

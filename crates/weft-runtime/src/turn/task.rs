@@ -80,6 +80,8 @@ struct TurnTask {
     message_id: String,
     permission_mode: PermissionMode,
     provider_name: String,
+    /// The model it runs on (kept with its record, so a resumed turn runs on it too).
+    model_name: String,
     log: Arc<TurnLog>,
     /// The turn's lease (its row goes with the start).
     lease: Arc<TurnLease>,
@@ -178,6 +180,7 @@ impl Runtime {
             message_id: claim.message_id,
             permission_mode,
             provider_name: setup.provider_name,
+            model_name: spec.model.clone(),
             log,
             lease,
             cancel: claim.cancel,
@@ -276,6 +279,8 @@ impl TurnTask {
             started_at,
             agent: &self.agent_name,
             mode: &self.mode_name,
+            provider: &self.provider_name,
+            model: &self.model_name,
         };
         if !point.emptied.is_empty() {
             self.log.submit(WriteOp::Items(point.emptied));
@@ -323,6 +328,8 @@ impl TurnTask {
             started_at: now_ms(),
             agent: &self.agent_name,
             mode: &self.mode_name,
+            provider: &self.provider_name,
+            model: &self.model_name,
         };
         let mut start = vec![WriteOp::BeginTurn {
             thread: new_thread,
