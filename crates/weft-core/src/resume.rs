@@ -22,6 +22,9 @@ pub struct Resume {
     /// The calls of the round it was cut in (its response is the last message of the
     /// history), in the order they were emitted; empty when it was cut between rounds.
     pub cut: Vec<CutCall>,
+    /// Its shared memory as its recorded calls had left it (`memory_write`s, subtask
+    /// results), set again before it goes on.
+    pub memory: Vec<(String, String)>,
 }
 
 /// A turn's spending so far, as its record keeps it.

@@ -98,6 +98,9 @@ pub(crate) struct Turn {
 
 impl Turn {
     pub(crate) fn new(spec: &TurnSpec, recursion: &'static dyn Recursion) -> Self {
+        for (key, value) in spec.resume.iter().flat_map(|r| &r.memory) {
+            spec.memory.set(key.clone(), value.clone());
+        }
         Turn {
             recursion,
             llm: Llm::new(spec.provider.clone(), &spec.model),

@@ -45,6 +45,7 @@ fn cut_after(h: Harness, calls: &[(Call, Option<i64>)], spent: Spent) -> Harness
                 child: None,
             })
             .collect(),
+        memory: vec![("note".to_owned(), "kept".to_owned())],
     });
     h.extra_history = vec![ChatMessage::assistant("before ", requests)];
     h
@@ -99,6 +100,11 @@ async fn a_cut_round_runs_reads_again_and_never_reruns_a_call_that_may_have_acte
         .collect();
     assert_eq!(results, ["a", "b", "c"]);
     assert_eq!(outcome.totals.tool_calls, 3);
+    assert_eq!(
+        h.memory.get("note").as_deref(),
+        Some("kept"),
+        "its memory is set again"
+    );
     assert_eq!(
         h.provider.requests.lock().len(),
         1,

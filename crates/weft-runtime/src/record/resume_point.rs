@@ -10,7 +10,7 @@ use serde_json::Value;
 use weft_core::{
     prompts, Call, ChatMessage, ChildEnded, ChildResume, CutCall, Resume, Spent, ToolCallRequest,
 };
-use weft_protocol::{RecordEntry, ServerEvent, ToolCallStatus};
+use weft_protocol::{RecordEntry, RecordedCall, ServerEvent, ToolCallStatus};
 use weft_store::{ApprovalRow, ItemRow, ModelCallRow};
 
 use super::{entries, entry_row, ItemPlace};
@@ -69,6 +69,7 @@ pub fn resume_point(
         text,
         spent: spent(&kept, approvals, model_calls, started_at),
         cut,
+        memory: memory_of(&kept),
     };
     let earlier_calls = call_events(&kept, &resume.all_cut());
     ResumePoint {
@@ -165,6 +166,73 @@ fn finished_with(own: &[RecordEntry]) -> Option<Value> {
         _ => None,
     })
 }
+
+/// The turn's shared memory as its recorded calls left it: each `memory_write` that
+/// succeeded, and each subtask's result (`task:<call id>`, a parallel job's
+/// `task:<call id>:<job>`), in the order they happened.
+fn memory_of(items: &[&ItemRow]) -> Vec<(String, String)> {
+    let mut calls = std::collections::HashMap::new();
+    let mut memory = Vec::new();
+    for entry in items.iter().flat_map(|i| entries(i)) {
+        match entry {
+            RecordEntry::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    calls.insert(call.id.clone(), call);
+                }
+            }
+            RecordEntry::ToolResult {
+                tool_call_id,
+                name,
+                result,
+                is_error,
+                ..
+            } => {
+                let Some(call) = calls.get(&tool_call_id) else {
+                    continue;
+                };
+                memory.extend(remembered(call, &name, result, is_error));
+            }
+            _ => {}
+        }
+    }
+    memory
+}
+
+/// What one call with its result had put in the turn's memory.
+fn remembered(
+    call: &RecordedCall,
+    name: &str,
+    result: String,
+    is_error: bool,
+) -> Vec<(String, String)> {
+    let task = format!("task:{}", call.call_id);
+    match name {
+        MEMORY_WRITE if !is_error => {
+            let args: Value = serde_json::from_str(&call.arguments).unwrap_or_default();
+            match (args["key"].as_str(), args["value"].as_str()) {
+                (Some(key), Some(value)) => vec![(key.to_owned(), value.to_owned())],
+                _ => Vec::new(),
+            }
+        }
+        prompts::RUN_SUBTASK => vec![(task, result)],
+        prompts::RUN_PARALLEL_SUBAGENTS if !is_error => {
+            let results: Value = serde_json::from_str(&result).unwrap_or_default();
+            results["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|job| {
+                    let output = job.get("output")?;
+                    Some((format!("{task}:{}", job["job"]), output.to_string()))
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The tool that writes the turn's shared memory.
+const MEMORY_WRITE: &str = "memory_write";
 
 /// The calls on record, as the `tool_call_update` events that built their tree nodes; the
 /// cut rounds' calls (a cut subtask's included) are left to the resumed turn.
@@ -503,6 +571,38 @@ mod tests {
             Some(ChildEnded::Answer("all written".to_owned()))
         );
         assert_eq!(child.text, "all written");
+    }
+
+    #[test]
+    fn the_memory_its_calls_wrote_is_read_back() {
+        let write = RecordEntry::Assistant {
+            id: None,
+            text: String::new(),
+            tool_calls: vec![RecordedCall {
+                id: "w".into(),
+                call_id: "pw".into(),
+                name: "memory_write".into(),
+                arguments: r#"{"key":"plan","value":"three steps"}"#.into(),
+            }],
+            partial: false,
+        };
+        let items = vec![
+            entry_row(place(0, None, 0), &write),
+            results_row(place(1, None, 0), &[result("w", "memory_write")]),
+            entry_row(
+                place(2, None, 0),
+                &response("", &[("s", "run_subtask")], false),
+            ),
+            results_row(place(3, None, 0), &[result("s", "run_subtask")]),
+        ];
+        let point = resume_point(&items, &[], &[], 0);
+        assert_eq!(
+            point.resume.memory,
+            [
+                ("plan".to_owned(), "three steps".to_owned()),
+                ("task:ps".to_owned(), "ok".to_owned())
+            ]
+        );
     }
 
     fn root_text_of(items: &[ItemRow]) -> String {
