@@ -468,3 +468,81 @@ async fn a_code_run_cut_mid_way_is_redone_whole_on_sqlite() {
 async fn a_code_run_cut_mid_way_is_redone_whole_on_postgres() {
     code_run_redone(true).await;
 }
+
+/// Cut while two parallel jobs run (one had written its first file): each job goes on from
+/// its own last round, no file is written twice, and the call's result holds both answers.
+async fn cut_in_parallel_jobs(postgres: bool) {
+    let db = Db::new(postgres).await;
+    // Job b writes its first file 300 ms after job a: the kill that follows it finds both
+    // jobs waiting for their next model call.
+    let job = |name: &str, delay_ms: u64| {
+        json!({"match": format!("job {name}"), "steps": [
+            {"delay_ms": delay_ms, "tool_calls": [{"name": "write_file", "arguments": {"path": format!("{name}1.md"), "content": "1"}}]},
+            {"delay_ms": 1500, "tool_calls": [{"name": "write_file", "arguments": {"path": format!("{name}2.md"), "content": "2"}}]},
+            {"text": format!("{name} done")}]})
+    };
+    let script = json!({"conversations": [job("a", 0), job("b", 300),
+        {"match": "*", "steps": [
+            {"tool_calls": [{"name": "run_parallel_subagents", "arguments": {"jobs": [{"task": "job a"}, {"task": "job b"}]}}]},
+            {"text": "all done", "repeat": true}]}]});
+    let limit = "[agent]\nmax_total_subtasks = 2\nallow_parallel_subagents = true\n";
+    let server = start_with(&db, &script, limit).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "chat_message", "data": {"content": "go", "permission_mode": "auto"}}),
+    )
+    .await;
+    let (thread, last_seq) = kill_after_writing(server, &mut ws, "b1.md").await;
+
+    let server = start_with(&db, &script, limit).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{message}");
+    assert_eq!(message["message"]["content"], "all done");
+    let id = message["message"]["id"].as_str().unwrap();
+    let trace = server
+        .get(&format!("/threads/{thread}/messages/{id}/trace"))
+        .await;
+    let mut writes = Vec::new();
+    results_named(&trace, "write_file", &mut writes);
+    writes.sort();
+    assert_eq!(
+        writes,
+        [
+            "wrote 1 bytes to a1.md",
+            "wrote 1 bytes to a2.md",
+            "wrote 1 bytes to b1.md",
+            "wrote 1 bytes to b2.md"
+        ],
+        "{trace}"
+    );
+    let mut parallel = Vec::new();
+    results_named(&trace, "run_parallel_subagents", &mut parallel);
+    let result: Value = serde_json::from_str(&parallel[0]).unwrap();
+    let outputs: Vec<&str> = result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["output"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs, ["a done", "b done"], "{result}");
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_turn_cut_inside_parallel_jobs_goes_on_inside_each_on_sqlite() {
+    cut_in_parallel_jobs(false).await;
+}
+
+#[tokio::test]
+async fn a_turn_cut_inside_parallel_jobs_goes_on_inside_each_on_postgres() {
+    cut_in_parallel_jobs(true).await;
+}

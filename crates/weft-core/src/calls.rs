@@ -157,6 +157,7 @@ impl CallSite {
         let level = Level {
             depth,
             parent_id,
+            record_parent: None,
             system: Arc::from(""),
             specs: toolbelt.specs(&turn.config.injected_tool_args),
             toolbelt,
@@ -289,6 +290,7 @@ impl CallSite {
         let level = Level {
             depth: self.level.depth,
             parent_id: self.level.parent_id.clone(),
+            record_parent: self.level.record_parent.clone(),
             system: system.into(),
             toolbelt: Toolbelt::default(),
             specs: Arc::from([]),

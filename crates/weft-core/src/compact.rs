@@ -154,6 +154,7 @@ async fn summarize(turn: &Turn, level: &Level, transcript: &str) -> Result<Strin
     let summarizer = Level {
         depth: level.depth,
         parent_id: level.parent_id.clone(),
+        record_parent: level.record_parent.clone(),
         system: prompts::COMPACT_PROMPT.into(),
         toolbelt: Toolbelt::default(),
         specs: Arc::from([]),

@@ -106,6 +106,7 @@ impl HostedTurn {
         let level = Level {
             depth: 0,
             parent_id: None,
+            record_parent: None,
             system: system.into(),
             toolbelt: Toolbelt::default(),
             specs: Arc::from([]),

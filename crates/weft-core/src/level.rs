@@ -22,6 +22,9 @@ pub(crate) struct Level {
     pub depth: u32,
     /// The `run_subtask` call this level runs under; `None` at the root.
     pub parent_id: Option<String>,
+    /// Where its items go in the record when that is not under `parent_id`: a parallel
+    /// job's own place under its call (see [`job_parent`]), so each job can be read back.
+    pub record_parent: Option<String>,
     pub system: Arc<str>,
     pub toolbelt: Toolbelt,
     pub specs: Arc<[ToolSpec]>,
@@ -52,6 +55,7 @@ impl Level {
         Level {
             depth: 0,
             parent_id: None,
+            record_parent: None,
             system: system.into(),
             toolbelt,
             specs,
@@ -69,7 +73,7 @@ impl Level {
 
     pub fn place(&self) -> Place<'_> {
         Place {
-            parent_id: self.parent_id.as_deref(),
+            parent_id: self.record_parent.as_deref().or(self.parent_id.as_deref()),
             depth: self.depth,
         }
     }

@@ -60,8 +60,8 @@ pub use provider::{
     ProviderStream, ToolSpec, Usage,
 };
 pub use record::{
-    new_call_id, ApprovalRequest, Call, ModelCallRecord, NoRecord, Place, RecordedResult, Recorder,
-    Stored,
+    job_parent, new_call_id, parent_call, ApprovalRequest, Call, ModelCallRecord, NoRecord, Place,
+    RecordedResult, Recorder, Stored,
 };
 pub use resume::{ChildEnded, ChildResume, CutCall, Resume, Spent};
 pub use scope::TurnScope;

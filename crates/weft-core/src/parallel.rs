@@ -59,7 +59,7 @@ pub(crate) async fn run(
                 output_schema: job.get("output_schema").filter(|s| !s.is_null()).cloned(),
                 base: child_safe,
             };
-            let end = subtask::spawn(turn, parent, &call.wire_id, child).await;
+            let end = subtask::spawn(turn, parent, &call.wire_id, Some(i), child).await;
             let entry = match end {
                 Ok(ChildEnd::Text(text)) => {
                     json!({"job": i, "status": "success", "output": text})

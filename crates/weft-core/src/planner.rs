@@ -37,6 +37,7 @@ pub(crate) async fn plan(
     let level = Level {
         depth: 0,
         parent_id: None,
+        record_parent: None,
         system: system.into(),
         toolbelt: tools,
         specs,

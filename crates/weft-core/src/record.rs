@@ -219,3 +219,23 @@ mod tests {
         assert_ne!(calls[0].wire_id, calls[1].wire_id);
     }
 }
+
+/// What marks a parallel job's place in the record.
+const JOB_MARK: &str = "#job";
+
+/// Where a parallel job's items go in the record: under its call, marked with its number
+/// (its events still name the call as their parent).
+pub fn job_parent(call_id: &str, job: usize) -> String {
+    format!("{call_id}{JOB_MARK}{job}")
+}
+
+/// The call a record parent belongs to, and the job it is of that call, if it is one's.
+pub fn parent_call(parent: &str) -> (&str, Option<usize>) {
+    match parent.split_once(JOB_MARK) {
+        Some((call, job)) => match job.parse() {
+            Ok(job) => (call, Some(job)),
+            Err(_) => (parent, None),
+        },
+        None => (parent, None),
+    }
+}

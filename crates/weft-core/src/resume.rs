@@ -54,6 +54,9 @@ pub struct CutCall {
     pub started: bool,
     /// A subtask's call: the child goes on from its own last round.
     pub child: Option<Box<ChildResume>>,
+    /// A parallel call's jobs that had started, by number: each goes on from its own last
+    /// round (the others start).
+    pub jobs: Vec<(usize, ChildResume)>,
 }
 
 /// A subtask (or a mode's own call, such as a code run) cut mid-way, as its record leaves
@@ -90,6 +93,9 @@ impl Resume {
                 if let Some(child) = &c.child {
                     walk(&child.cut, out);
                 }
+                for (_, job) in &c.jobs {
+                    walk(&job.cut, out);
+                }
             }
         }
         let mut out = Vec::new();
@@ -99,11 +105,14 @@ impl Resume {
 }
 
 impl CutCall {
-    /// Whether this call runs (or is asked for) again: it is a subtask (which goes on from
-    /// its own last round), it waited for its approval (so it never ran), or its tool only
+    /// Whether this call runs (or is asked for) again: it is a subtask or a parallel call
+    /// (whose children go on from their own last rounds), it waited for its approval (so it never ran), or its tool only
     /// reads or says a repeat does no harm and it had not started work of its own.
     pub(crate) fn runs_again(&self, read_or_idempotent: bool) -> bool {
-        self.child.is_some() || self.asked_at_ms.is_some() || (read_or_idempotent && !self.started)
+        self.child.is_some()
+            || !self.jobs.is_empty()
+            || self.asked_at_ms.is_some()
+            || (read_or_idempotent && !self.started)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::dispatch::{dispatch, maybe_ran, runs_again, CallResult, Effect};
 use crate::level::Level;
 use crate::message::ChatMessage;
 use crate::prompts;
-use crate::record::{identify, Call};
+use crate::record::{identify, job_parent, Call};
 use crate::repetition::RepetitionGuard;
 use crate::resume::{ChildEnded, CutCall};
 use crate::sample::{sample, SampleError};
@@ -94,11 +94,8 @@ fn starting_point(turn: &Turn, level: &Level, history: &mut Vec<ChatMessage>) ->
             })
             .unwrap_or_default();
     }
-    let Some(child) = level
-        .parent_id
-        .as_deref()
-        .and_then(|id| turn.take_child(id))
-    else {
+    // Keyed by its place in the record (a parallel job's names its job).
+    let Some(child) = level.place().parent_id.and_then(|id| turn.take_child(id)) else {
         return StartingPoint::default();
     };
     history.extend(child.tail);
@@ -128,6 +125,9 @@ async fn settle_cut_round(
     for c in &cut {
         if let Some(child) = &c.child {
             turn.stash_child(&c.call.wire_id, (**child).clone());
+        }
+        for (job, child) in &c.jobs {
+            turn.stash_child(&job_parent(&c.call.wire_id, *job), child.clone());
         }
     }
     let (again, settled): (Vec<_>, Vec<_>) = cut.iter().partition(|c| runs_again(level, c));

@@ -10,7 +10,7 @@ use crate::level::{Level, OutputSchema};
 use crate::message::ChatMessage;
 use crate::prompts;
 use crate::provider::ToolSpec;
-use crate::record::Call;
+use crate::record::{job_parent, Call};
 use crate::run_loop::{run_level, LevelEnd};
 use crate::toolbelt::Toolbelt;
 use crate::turn::Turn;
@@ -50,7 +50,7 @@ pub(crate) async fn run(
         output_schema: args.get("output_schema").filter(|s| !s.is_null()).cloned(),
         base: parent.toolbelt.clone(),
     };
-    let result = spawn(turn, parent, &call.wire_id, child)
+    let result = spawn(turn, parent, &call.wire_id, None, child)
         .await
         .map(|end| match end {
             ChildEnd::Text(text) => text,
@@ -81,15 +81,18 @@ pub(crate) fn names_arg(args: &Value, key: &str) -> Option<Vec<String>> {
     })
 }
 
-/// Run a child level at `parent.depth + 1` under the call `call_id`, charging one subtask.
+/// Run a child level at `parent.depth + 1` under the call `call_id` (as its job number
+/// `job` for a parallel call), charging one subtask.
 pub(crate) async fn spawn(
     turn: &Arc<Turn>,
     parent: &Level,
     call_id: &str,
+    job: Option<usize>,
     child: Child,
 ) -> Result<ChildEnd, String> {
     // A subtask taken up after a crash was charged in its first life.
-    if !turn.child_charged(call_id) {
+    let place = job.map_or_else(|| call_id.to_owned(), |j| job_parent(call_id, j));
+    if !turn.child_charged(&place) {
         if let Err(trip) = turn.budget.take_subtask() {
             turn.trip(trip);
             return Err(prompts::budget_stop(&trip.to_string()));
@@ -134,6 +137,7 @@ pub(crate) async fn spawn(
     let level = Level {
         depth,
         parent_id: Some(call_id.to_owned()),
+        record_parent: job.map(|j| job_parent(call_id, j)),
         system: system.into(),
         toolbelt,
         specs: specs.into(),

@@ -43,6 +43,7 @@ fn cut_after(h: Harness, calls: &[(Call, Option<i64>)], spent: Spent) -> Harness
                 asked_at_ms: *asked_at_ms,
                 started: false,
                 child: None,
+                jobs: Vec::new(),
             })
             .collect(),
         memory: vec![("note".to_owned(), "kept".to_owned())],

@@ -50,7 +50,7 @@ pub async fn tool_calls(store: &Store, thread_id: &str) -> Result<Vec<ToolCallRo
                         rows.push(ToolCallRow {
                             message_id: item.message_id.clone(),
                             tool_call_id: call.id,
-                            parent_id: item.parent_id.clone(),
+                            parent_id: super::shown_parent(item).map(str::to_owned),
                             depth: item.depth,
                             tool: call.name,
                             arguments: preview(&call.arguments),

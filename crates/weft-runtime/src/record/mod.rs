@@ -103,3 +103,11 @@ pub fn entries(item: &ItemRow) -> Vec<RecordEntry> {
         Vec::new()
     })
 }
+
+/// The call an item sits under, as clients know it: a parallel job's items sit under their
+/// job's own place in the record, which names the call.
+pub fn shown_parent(item: &ItemRow) -> Option<&str> {
+    item.parent_id
+        .as_deref()
+        .map(|p| weft_core::parent_call(p).0)
+}

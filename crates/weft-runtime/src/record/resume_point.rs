@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use weft_core::{
-    prompts, Call, ChatMessage, ChildEnded, ChildResume, CutCall, Resume, Spent, ToolCallRequest,
+    parent_call, prompts, Call, ChatMessage, ChildEnded, ChildResume, CutCall, Resume, Spent,
+    ToolCallRequest,
 };
 use weft_protocol::{RecordEntry, RecordedCall, ServerEvent, ToolCallStatus};
 use weft_store::{ApprovalRow, ItemRow, ModelCallRow};
 
-use super::{entries, entry_row, ItemPlace};
+use super::{entries, entry_row, shown_parent, ItemPlace};
 
 /// A cut turn as its record leaves it.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +100,11 @@ fn cut_calls_of(kept: &[&ItemRow], calls: Vec<Call>, pending: &[&ApprovalRow]) -
             let child = nests
                 .contains(&call.request.name.as_str())
                 .then(|| Box::new(child_resume(kept, &call.wire_id, pending, started)));
+            let jobs = if call.request.name == prompts::RUN_PARALLEL_SUBAGENTS {
+                jobs_of(kept, &call.wire_id, pending)
+            } else {
+                Vec::new()
+            };
             CutCall {
                 asked_at_ms: pending
                     .iter()
@@ -106,13 +112,37 @@ fn cut_calls_of(kept: &[&ItemRow], calls: Vec<Call>, pending: &[&ApprovalRow]) -
                     .map(|a| a.created_at),
                 started,
                 child,
+                jobs,
                 call,
             }
         })
         .collect()
 }
 
-/// A subtask or code run cut mid-way (run by call `call_id`), from the items it left.
+/// The jobs of a cut parallel call (`call_id`) that had left items, by number, each where
+/// it goes on from.
+fn jobs_of(
+    kept: &[&ItemRow],
+    call_id: &str,
+    pending: &[&ApprovalRow],
+) -> Vec<(usize, ChildResume)> {
+    let mut places: Vec<(usize, &str)> = kept
+        .iter()
+        .filter_map(|i| i.parent_id.as_deref())
+        .filter_map(|p| match parent_call(p) {
+            (call, Some(job)) if call == call_id => Some((job, p)),
+            _ => None,
+        })
+        .collect();
+    places.sort_unstable();
+    places.dedup();
+    places
+        .into_iter()
+        .map(|(job, place)| (job, child_resume(kept, place, pending, true)))
+        .collect()
+}
+
+/// A subtask or code run cut mid-way (its items under `call_id`), from the items it left.
 fn child_resume(
     kept: &[&ItemRow],
     call_id: &str,
@@ -254,7 +284,7 @@ fn call_events(items: &[&ItemRow], cut: &[&CutCall]) -> Vec<ServerEvent> {
                             args: Some(args),
                             result: None,
                             is_error: None,
-                            parent_id: item.parent_id.clone(),
+                            parent_id: shown_parent(item).map(str::to_owned),
                             depth,
                             metadata: None,
                         }
@@ -274,7 +304,7 @@ fn call_events(items: &[&ItemRow], cut: &[&CutCall]) -> Vec<ServerEvent> {
                     args: None,
                     result: Some(result),
                     is_error: Some(is_error),
-                    parent_id: item.parent_id.clone(),
+                    parent_id: shown_parent(item).map(str::to_owned),
                     depth,
                     metadata: metadata.map(Box::new),
                 }),
@@ -571,6 +601,40 @@ mod tests {
             Some(ChildEnded::Answer("all written".to_owned()))
         );
         assert_eq!(child.text, "all written");
+    }
+
+    #[test]
+    fn each_job_of_a_cut_parallel_call_is_read_back_on_its_own() {
+        let items = vec![
+            entry_row(
+                place(0, None, 0),
+                &response("", &[("p", "run_parallel_subagents")], false),
+            ),
+            entry_row(
+                place(1, Some("p#job1"), 1),
+                &response("", &[("b", "write_file")], false),
+            ),
+            entry_row(
+                place(2, Some("p#job0"), 1),
+                &response("", &[("a", "write_file")], false),
+            ),
+            results_row(place(3, Some("p#job0"), 1), &[result("a", "write_file")]),
+            entry_row(place(4, Some("p#job0"), 1), &response("a done", &[], false)),
+        ];
+        let point = resume_point(&items, &[], &[], 0);
+        let cut = &point.resume.cut[0];
+        let jobs: Vec<(usize, usize, usize, bool)> = cut
+            .jobs
+            .iter()
+            .map(|(n, j)| (*n, j.tail.len(), j.cut.len(), j.ended.is_some()))
+            .collect();
+        assert_eq!(jobs, [(0, 3, 0, true), (1, 1, 1, false)]);
+        assert_eq!(point.resume.spent.subtasks, 2, "each job was charged");
+        // Their calls show under the parallel call, as clients know it.
+        assert!(point.earlier_calls.iter().all(|e| match e {
+            ServerEvent::ToolCallUpdate { parent_id, .. } => parent_id.as_deref() == Some("p"),
+            _ => false,
+        }));
     }
 
     #[test]

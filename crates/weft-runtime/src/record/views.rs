@@ -60,7 +60,7 @@ pub fn turn_trace(items: &[ItemRow]) -> Vec<RecordEntry> {
     let mut children: HashMap<&str, Vec<&ItemRow>> = HashMap::new();
     let mut roots = Vec::new();
     for item in items {
-        match item.parent_id.as_deref() {
+        match super::shown_parent(item) {
             Some(parent) => children.entry(parent).or_default().push(item),
             None => roots.push(item),
         }
@@ -136,7 +136,7 @@ pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
                             .unwrap_or_else(|_| Value::String(call.arguments.clone()));
                         tree.start(
                             &call.id,
-                            item.parent_id.as_deref(),
+                            super::shown_parent(item),
                             &call.name,
                             Some(&args),
                             depth,
