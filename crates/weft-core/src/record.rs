@@ -187,6 +187,26 @@ pub fn identify<'a>(
     calls
 }
 
+/// What marks a parallel job's place in the record.
+const JOB_MARK: &str = "#job";
+
+/// Where a parallel job's items go in the record: under its call, marked with its number
+/// (its events still name the call as their parent).
+pub fn job_parent(call_id: &str, job: usize) -> String {
+    format!("{call_id}{JOB_MARK}{job}")
+}
+
+/// The call a record parent belongs to, and the job it is of that call, if it is one's.
+pub fn parent_call(parent: &str) -> (&str, Option<usize>) {
+    match parent.split_once(JOB_MARK) {
+        Some((call, job)) => match job.parse() {
+            Ok(job) => (call, Some(job)),
+            Err(_) => (parent, None),
+        },
+        None => (parent, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,24 +238,17 @@ mod tests {
         assert_eq!(calls[2].request.id, calls[2].wire_id);
         assert_ne!(calls[0].wire_id, calls[1].wire_id);
     }
-}
 
-/// What marks a parallel job's place in the record.
-const JOB_MARK: &str = "#job";
-
-/// Where a parallel job's items go in the record: under its call, marked with its number
-/// (its events still name the call as their parent).
-pub fn job_parent(call_id: &str, job: usize) -> String {
-    format!("{call_id}{JOB_MARK}{job}")
-}
-
-/// The call a record parent belongs to, and the job it is of that call, if it is one's.
-pub fn parent_call(parent: &str) -> (&str, Option<usize>) {
-    match parent.split_once(JOB_MARK) {
-        Some((call, job)) => match job.parse() {
-            Ok(job) => (call, Some(job)),
-            Err(_) => (parent, None),
-        },
-        None => (parent, None),
+    #[test]
+    fn a_jobs_place_names_its_call_and_number() {
+        let place = super::job_parent("run_parallel_subagents~k3", 2);
+        assert_eq!(
+            super::parent_call(&place),
+            ("run_parallel_subagents~k3", Some(2))
+        );
+        assert_eq!(
+            super::parent_call("run_subtask~k4"),
+            ("run_subtask~k4", None)
+        );
     }
 }
