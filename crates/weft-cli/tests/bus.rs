@@ -221,8 +221,22 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
 
     let killed = Instant::now();
     a.kill().await;
+    // Answered before anyone has taken the turn up: refused ("try again").
+    send(
+        &mut on_b,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
     // B takes the turn up once A's lease expires: the approval is asked again, same id.
     let frames = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    let refused = frames
+        .iter()
+        .find(|f| f["type"] == "error")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert!(
+        refused["message"].as_str().unwrap().contains("try again"),
+        "{refused}"
+    );
     eprintln!(
         "the turn ran again {} ms after its owner died (lease 1500 ms)",
         killed.elapsed().as_millis()
