@@ -4,7 +4,8 @@
 //! dies gets the stored answer once the turn is closed; a replica told to stop (`SIGTERM`)
 //! closes its sockets with 1012 and `weft chat` resumes through another replica; with three
 //! replicas, one runs a turn, one follows it and the third answers its approval; the prompt
-//! API reads, follows and answers a prompt another replica runs.
+//! API reads, follows and answers a prompt another replica runs; `weft chat` whose replica is
+//! killed reconnects and sees the turn taken up elsewhere go on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -397,6 +398,67 @@ async fn sigterm_closes_with_1012_and_weft_chat_resumes_through_another_replica(
         .unwrap()
         .unwrap();
     assert_eq!(message.status, "completed");
+    shut_down(vec![b], nats, Some(store), db).await;
+}
+
+#[tokio::test]
+async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn_up() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    // A read, then a slow second round: the turn is mid-way when its replica is killed.
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": "first part. ", "tool_calls": [{"name": "memory_list", "arguments": {}}]},
+        {"delay_ms": 2_000, "text": "second part."}]}]});
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let balancer = Balancer::start(&a.addr).await;
+
+    let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["chat", "--url", &format!("http://{}", balancer.addr), "go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = chat.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut shown = String::new();
+    while !shown.contains("└─ memory_list") {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_or_else(|| panic!("weft chat ended early: {shown}"));
+        shown.push_str(&line);
+        shown.push('\n');
+    }
+
+    // A dies: `weft chat` reconnects (to B), and B takes the turn up once A's lease expires.
+    balancer.route_to(&b.addr);
+    a.kill().await;
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+    {
+        shown.push_str(&line);
+        shown.push('\n');
+    }
+    let out = chat.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{shown}\n{stderr}");
+    assert!(shown.contains("taken up again"), "{shown}\n{stderr}");
+    assert!(shown.contains("second part."), "{shown}\n{stderr}");
+    assert_eq!(shown.matches("first part.").count(), 1, "{shown}");
+    let thread = store.threads_of("local").await.unwrap()[0].id.clone();
+    let message = store
+        .last_assistant_message(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.status, "completed");
+    assert_eq!(message.content, json!("first part. second part."));
     shut_down(vec![b], nats, Some(store), db).await;
 }
 
