@@ -3,18 +3,14 @@
 //! `artifacts/screenshots/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/browser.rs"]
+mod chromium;
 mod support;
 
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-use fantoccini::{Client, ClientBuilder, Locator};
+use chromium::{Browser, ANSWER, ONE_BROWSER};
+use fantoccini::Locator;
 use serde_json::{json, Value};
 use support::TestServer;
-
-/// One browser at a time: two cores do not run several Chromiums well.
-static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn script() -> Value {
     let greeter = json!({"nodes": [
@@ -60,140 +56,12 @@ fn script() -> Value {
     ]})
 }
 
-struct Browser {
-    client: Client,
-    _driver: tokio::process::Child,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        let chromium =
-            std::env::var("WEFT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let chromedriver =
-            std::env::var("WEFT_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
-        assert!(
-            std::path::Path::new(&chromium).exists() && std::path::Path::new(&chromedriver).exists(),
-            "headless Chromium is needed: scripts/test.sh installs Debian's chromium and chromium-driver"
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let driver = tokio::process::Command::new(&chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start chromedriver");
-        let profile = tempfile::tempdir().unwrap();
-        let caps = json!({"goog:chromeOptions": {"binary": chromium, "args": [
-            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())
-        ]}});
-        let caps = caps.as_object().unwrap().clone();
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let client = loop {
-            match ClientBuilder::native()
-                .capabilities(caps.clone())
-                .connect(&url)
-                .await
-            {
-                Ok(client) => break client,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("cannot start a Chromium session: {e}"),
-            }
-        };
-        Browser {
-            client,
-            _driver: driver,
-            _profile: profile,
-        }
-    }
-
-    async fn open(&self, server: &TestServer) {
-        self.client.goto(&server.url("/")).await.unwrap();
-        self.wait("document.getElementById('connection').classList.contains('up')")
-            .await;
-    }
-
-    /// Poll a JavaScript expression until it is truthy.
-    async fn wait(&self, expr: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let v = self.js(expr).await;
-            if !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0)) {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for `{expr}`");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn js(&self, expr: &str) -> Value {
-        self.client
-            .execute(&format!("return ({expr});"), vec![])
-            .await
-            .unwrap()
-    }
-
-    async fn say(&self, text: &str) {
-        let input = self.client.find(Locator::Css("#input")).await.unwrap();
-        input.send_keys(text).await.unwrap();
-        self.click("#send").await;
-    }
-
-    /// Click the element `css` finds (found again if the page replaced it meanwhile).
-    async fn click(&self, css: &str) {
-        for attempt in 0.. {
-            let element = self.client.find(Locator::Css(css)).await.unwrap();
-            match element.click().await {
-                Ok(()) => return,
-                Err(e) if attempt < 3 && e.to_string().contains("stale") => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("cannot click {css}: {e}"),
-            }
-        }
-    }
-
-    async fn pick_mode(&self, mode: &str) {
-        self.click("#mode-button").await;
-        self.click(&format!("#mode-menu li[data-mode='{mode}']"))
-            .await;
-        self.wait(&format!(
-            "document.getElementById('mode-button').dataset.mode === '{mode}'"
-        ))
-        .await;
-    }
-
-    async fn shot(&self, name: &str) {
-        let png = self.client.screenshot().await.unwrap();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../artifacts/screenshots");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
-    }
-
-    async fn close(self) {
-        let _ = self.client.close().await;
-    }
-}
-
-const ANSWER: &str = "document.querySelector('.message.assistant:last-of-type .text')?.textContent";
-
 #[tokio::test]
 async fn a_question_streams_its_answer() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.say("hi").await;
     // Seen mid-stream, then complete.
     b.wait(&format!("{ANSWER} === 'Hello '")).await;
@@ -212,7 +80,7 @@ async fn subtasks_show_nested_cards_and_a_reload_shows_the_same_tree() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.say("compare A and B").await;
     b.wait(&format!("{ANSWER} === 'A and B differ.'")).await;
     let tree = "Array.from(document.querySelectorAll('.tool-card')).map(c => [c.dataset.name, c.dataset.depth, c.dataset.status, c.parentElement.closest('.tool-card')?.dataset.name ?? null, c.open].join('|'))";
@@ -286,7 +154,7 @@ async fn an_agent_picked_for_a_thread_plans_and_the_plan_shows_above_the_answer(
         .await;
     assert_eq!(status, 201);
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.wait(
         "[...document.querySelectorAll('#agent-select option')].some(o => o.value === 'planner')",
     )
@@ -332,7 +200,7 @@ async fn code_mode_picked_in_the_composer_shows_the_run_and_its_calls() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.wait("[...document.querySelectorAll('#exec-mode option')].some(o => o.value === 'code')")
         .await;
     b.client
@@ -374,7 +242,7 @@ async fn an_allowed_approval_writes_the_file() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.say("write my notes").await;
     b.wait("document.querySelector('.approval button[data-decision=allow]')")
         .await;
@@ -405,7 +273,7 @@ async fn a_denial_shows_as_an_error_card() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.say("write my notes").await;
     b.wait("document.querySelector('.approval button[data-decision=deny]')")
         .await;
@@ -429,7 +297,7 @@ async fn switching_the_mode_changes_what_the_next_write_does() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
 
     b.pick_mode("plan").await;
     let checked = b.js("Array.from(document.querySelectorAll('#mode-menu li')).map(li => li.dataset.mode + ':' + li.getAttribute('aria-selected'))").await;
@@ -467,7 +335,7 @@ async fn a_dropped_socket_resumes_the_running_turn() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.say("slow story").await;
     b.wait(&format!("{ANSWER} === 'one '")).await;
     b.js("(window.weft.socket.drop(), true)").await;
@@ -483,7 +351,7 @@ async fn several_pending_approvals_queue_one_card_at_a_time() {
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     // Two calls that may run side by side both ask at once (calls sharing a lock, such as
     // two file writes, ask one after the other instead).
     b.say("run two nodes").await;
@@ -514,7 +382,7 @@ async fn the_agent_builds_a_workflow_in_the_editor_and_the_user_saves_and_runs_i
     let _one = ONE_BROWSER.lock().await;
     let server = TestServer::start(script()).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.click("#workflows-toggle").await;
     b.wait("!document.getElementById('workflow-panel').hidden")
         .await;
@@ -600,7 +468,7 @@ async fn an_answer_from_a_collection_shows_its_sources() {
         assert_eq!(status, 201);
     }
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.say("what do Moonfall weavers eat?").await;
     b.wait(&format!("{ANSWER} === 'They eat plums [1].'")).await;
     let first =
@@ -632,7 +500,7 @@ async fn a_browser_screenshot_shows_in_its_card() {
         {"text": "Here it is.", "repeat": true}]}]});
     let server = TestServer::start_with(script, |c| c.policy.allow_private_network = true).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.pick_mode("auto").await;
     b.say("show me the page").await;
     b.wait(&format!("{ANSWER} === 'Here it is.'")).await;
@@ -653,7 +521,7 @@ async fn spoken_audio_plays_in_its_card() {
     // Offline speech with espeak-ng (scripts/test.sh installs it).
     let server = TestServer::start(script).await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.pick_mode("auto").await;
     b.say("read it to me").await;
     b.wait(&format!("{ANSWER} === 'Listen.'")).await;
@@ -688,7 +556,7 @@ async fn an_mcp_tool_card_shows_live_progress_and_images() {
     })
     .await;
     let b = Browser::start().await;
-    b.open(&server).await;
+    b.open(&server.url("/")).await;
     b.pick_mode("auto").await;
     b.say("count for me").await;
     // While it runs, the card shows the bar moving and the server's message.

@@ -67,13 +67,18 @@ impl Server {
 
     /// `weft serve` on `db` with the scripted provider's `script` and `config` (TOML).
     pub async fn start_with(db: &Db, script: &Value, config: &str) -> Server {
+        Self::start_on(db, script, config, "127.0.0.1:0").await
+    }
+
+    /// [`Server::start_with`] listening on `bind` (a restarted server on its former address).
+    pub async fn start_on(db: &Db, script: &Value, config: &str, bind: &str) -> Server {
         let script_path = db.dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         let config_path = db.dir.path().join("weft.toml");
         std::fs::write(&config_path, config).unwrap();
         let config = config_path;
         let mut child = Command::new(WEFT)
-            .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+            .args(["serve", "--bind", bind, "--config"])
             .arg(&config)
             .env("WEFT_SCRIPT", &script_path)
             .env("WEFT_DATABASE_URL", &db.url)
