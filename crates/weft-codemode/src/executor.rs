@@ -52,12 +52,14 @@ async fn rounds(
         .map(str::to_owned)
         .collect();
     let mut store = HashMap::new();
-    // A turn taken up after its process died redoes the run it was cut in, whole.
-    let cut = hosted.take_resume().and_then(|r| {
-        r.cut
-            .into_iter()
-            .find(|c| c.call.request.name == CODE_EXECUTE)
-    });
+    // A turn taken up after its process died redoes the run it was cut in, whole, and has
+    // the rounds its first life left.
+    let resume = hosted.take_resume().unwrap_or_default();
+    let used = u32::try_from(resume.spent.llm_calls).unwrap_or(u32::MAX);
+    let cut = resume
+        .cut
+        .into_iter()
+        .find(|c| c.call.request.name == CODE_EXECUTE);
     if let Some(cut) = cut {
         let code = serde_json::from_str::<Value>(&cut.call.request.arguments)
             .ok()
@@ -72,7 +74,7 @@ async fn rounds(
             return;
         }
     }
-    for _ in 0..max_rounds {
+    for _ in used.min(max_rounds)..max_rounds {
         if hosted.is_stopped() {
             return;
         }
