@@ -78,6 +78,42 @@ async fn newest_status(store: &Store, thread: &str) -> String {
     messages.last().unwrap().status.clone()
 }
 
+/// Output lines of a `weft chat` process.
+type ChatLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// `weft chat go` through the server at `addr`, and its output lines.
+fn weft_chat(addr: &str) -> (tokio::process::Child, ChatLines) {
+    let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["chat", "--url", &format!("http://{addr}"), "go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = chat.stdout.take().unwrap();
+    (chat, tokio::io::BufReader::new(stdout).lines())
+}
+
+/// Add `weft chat`'s lines to `shown` until one holds `needle` (none: until it ends).
+async fn read_until(lines: &mut ChatLines, shown: &mut String, needle: Option<&str>) {
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(line) = line else {
+            assert!(needle.is_none(), "weft chat ended early: {shown}");
+            return;
+        };
+        shown.push_str(&line);
+        shown.push('\n');
+        if needle.is_some_and(|n| line.contains(n)) {
+            return;
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_client_of_any_replica_follows_answers_and_redirects_a_turn_another_runs() {
     let db = Db::new(true).await;
@@ -347,37 +383,14 @@ async fn sigterm_closes_with_1012_and_weft_chat_resumes_through_another_replica(
     let b = Server::start_with(&db, &script, &config("b")).await;
     let balancer = Balancer::start(&a.addr).await;
 
-    let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["chat", "--url", &format!("http://{}", balancer.addr), "go"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = chat.stdout.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (chat, mut lines) = weft_chat(&balancer.addr);
     let mut shown = String::new();
-    while !shown.contains("└─ memory_list") {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap_or_else(|| panic!("weft chat ended early: {shown}"));
-        shown.push_str(&line);
-        shown.push('\n');
-    }
+    read_until(&mut lines, &mut shown, Some("└─ memory_list")).await;
 
     // A deploy: new connections go to B, A is told to stop.
     balancer.route_to(&b.addr);
     a.signal("TERM");
-    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-    {
-        shown.push_str(&line);
-        shown.push('\n');
-    }
+    read_until(&mut lines, &mut shown, None).await;
     let out = chat.wait_with_output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{shown}\n{stderr}");
@@ -414,37 +427,14 @@ async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn
     let b = replica(&db, &nats, &script, "b").await;
     let balancer = Balancer::start(&a.addr).await;
 
-    let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["chat", "--url", &format!("http://{}", balancer.addr), "go"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = chat.stdout.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (chat, mut lines) = weft_chat(&balancer.addr);
     let mut shown = String::new();
-    while !shown.contains("└─ memory_list") {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap_or_else(|| panic!("weft chat ended early: {shown}"));
-        shown.push_str(&line);
-        shown.push('\n');
-    }
+    read_until(&mut lines, &mut shown, Some("└─ memory_list")).await;
 
     // A dies: `weft chat` reconnects (to B), and B takes the turn up once A's lease expires.
     balancer.route_to(&b.addr);
     a.kill().await;
-    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-    {
-        shown.push_str(&line);
-        shown.push('\n');
-    }
+    read_until(&mut lines, &mut shown, None).await;
     let out = chat.wait_with_output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{shown}\n{stderr}");

@@ -75,19 +75,51 @@ fn results(items: &Value) -> Vec<(String, String)> {
 }
 
 /// The results of `tool`'s calls anywhere in `trace` (subtasks included), in order.
-fn results_named(trace: &Value, tool: &str, out: &mut Vec<String>) {
-    match trace {
-        Value::Object(node) => {
-            if node.get("name").and_then(Value::as_str) == Some(tool) {
-                if let Some(result) = node.get("result").and_then(Value::as_str) {
-                    out.push(result.to_owned());
-                }
-            }
-            node.values().for_each(|v| results_named(v, tool, out));
-        }
-        Value::Array(nodes) => nodes.iter().for_each(|v| results_named(v, tool, out)),
-        _ => {}
-    }
+fn results_in(trace: &Value, tool: &str) -> Vec<String> {
+    support::results_named(trace, tool)
+        .into_iter()
+        .map(|(_, result)| result)
+        .collect()
+}
+
+/// Kill the server once its turn asks for an approval, start it again and resume: the
+/// server, the resumed socket, the thread, the approval's id (asked again, the same) and
+/// the `turn_resumed` frame.
+async fn restart_while_asking(
+    server: Server,
+    mut ws: support::Ws,
+    db: &Db,
+    script: &Value,
+) -> (Server, support::Ws, String, Value, Value) {
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    let call = frames.last().unwrap()["tool_call_id"].clone();
+    let last_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
+    server.kill().await;
+
+    let server = start(db, script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
+    assert_eq!(
+        frames.last().unwrap()["tool_call_id"],
+        call,
+        "the same approval"
+    );
+    let resumed = frames
+        .iter()
+        .find(|f| f["type"] == "turn_resumed")
+        .unwrap()
+        .clone();
+    (server, ws, thread, call, resumed)
 }
 
 async fn killed_mid_turn(postgres: bool) {
@@ -176,30 +208,8 @@ async fn approval_survives(postgres: bool) {
     let server = start(&db, &script).await;
     let mut ws = server.connect().await;
     send(&mut ws, chat("save my notes", None)).await;
-    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
-    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
-    let call = frames.last().unwrap()["tool_call_id"].clone();
-    let last_seq = frames
-        .iter()
-        .filter_map(|f| f["seq"].as_u64())
-        .max()
-        .unwrap();
-    server.kill().await;
-
-    let server = start(&db, &script).await;
-    let mut ws = server.connect().await;
-    send(
-        &mut ws,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
-    )
-    .await;
-    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
-    assert_eq!(
-        frames.last().unwrap()["tool_call_id"],
-        call,
-        "the same approval"
-    );
-    let resumed = frames.iter().find(|f| f["type"] == "turn_resumed").unwrap();
+    let (server, mut ws, thread, call, resumed) =
+        restart_while_asking(server, ws, &db, &script).await;
     assert_eq!(resumed["content"], "Saving your notes. ");
     send(
         &mut ws,
@@ -332,8 +342,7 @@ async fn cut_in_a_subtask(postgres: bool) {
     let trace = server
         .get(&format!("/threads/{thread}/messages/{id}/trace"))
         .await;
-    let mut writes = Vec::new();
-    results_named(&trace, "write_file", &mut writes);
+    let writes = results_in(&trace, "write_file");
     assert_eq!(
         writes,
         ["wrote 1 bytes to once.md", "wrote 1 bytes to twice.md"],
@@ -405,30 +414,8 @@ async fn code_run_redone(postgres: bool) {
         json!({"command": "chat_message", "data": {"content": "copy it", "mode": "code"}}),
     )
     .await;
-    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
-    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
-    let call = frames.last().unwrap()["tool_call_id"].clone();
-    let last_seq = frames
-        .iter()
-        .filter_map(|f| f["seq"].as_u64())
-        .max()
-        .unwrap();
-    server.kill().await;
-
-    let server = start(&db, &script).await;
-    let mut ws = server.connect().await;
-    send(
-        &mut ws,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
-    )
-    .await;
-    let frames = until(&mut ws, |f| f["type"] == "tool_approval_request").await;
-    assert_eq!(
-        frames.last().unwrap()["tool_call_id"],
-        call,
-        "the same approval"
-    );
-    let resumed = frames.iter().find(|f| f["type"] == "turn_resumed").unwrap();
+    let (server, mut ws, thread, call, resumed) =
+        restart_while_asking(server, ws, &db, &script).await;
     assert_eq!(resumed["mode"], "code");
     send(
         &mut ws,
@@ -447,10 +434,9 @@ async fn code_run_redone(postgres: bool) {
     let trace = server
         .get(&format!("/threads/{thread}/messages/{id}/trace"))
         .await;
-    let (mut reads, mut writes, mut runs) = (Vec::new(), Vec::new(), Vec::new());
-    results_named(&trace, "read_file", &mut reads);
-    results_named(&trace, "write_file", &mut writes);
-    results_named(&trace, "code.execute", &mut runs);
+    let reads = results_in(&trace, "read_file");
+    let writes = results_in(&trace, "write_file");
+    let runs = results_in(&trace, "code.execute");
     assert_eq!(reads, ["source"], "read once: {trace}");
     assert_eq!(writes.len(), 1, "{trace}");
     assert!(writes[0].starts_with("wrote"), "{trace}");
@@ -510,8 +496,7 @@ async fn cut_in_parallel_jobs(postgres: bool) {
     let trace = server
         .get(&format!("/threads/{thread}/messages/{id}/trace"))
         .await;
-    let mut writes = Vec::new();
-    results_named(&trace, "write_file", &mut writes);
+    let mut writes = results_in(&trace, "write_file");
     writes.sort();
     assert_eq!(
         writes,
@@ -523,8 +508,7 @@ async fn cut_in_parallel_jobs(postgres: bool) {
         ],
         "{trace}"
     );
-    let mut parallel = Vec::new();
-    results_named(&trace, "run_parallel_subagents", &mut parallel);
+    let parallel = results_in(&trace, "run_parallel_subagents");
     let result: Value = serde_json::from_str(&parallel[0]).unwrap();
     let outputs: Vec<&str> = result["results"]
         .as_array()

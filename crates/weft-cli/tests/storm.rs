@@ -23,7 +23,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::sync::Mutex;
-use support::{Db, Nats, Server, NO_USER_LIMITS};
+use support::{results_named, Db, Nats, Server, NO_USER_LIMITS};
 use tokio_tungstenite::tungstenite::Message;
 
 /// Where clients may connect: the servers that still run.
@@ -162,25 +162,6 @@ async fn drive(turn: usize, live: Live, started: tokio::sync::mpsc::Sender<()>) 
     panic!("turn {turn} never ended: {seen:?}");
 }
 
-/// The results of `tool`'s calls anywhere in a trace (subtasks included), with their call ids.
-fn results_named(trace: &Value, tool: &str, out: &mut Vec<(String, String)>) {
-    match trace {
-        Value::Object(node) => {
-            if node.get("name").and_then(Value::as_str) == Some(tool) {
-                if let (Some(id), Some(result)) = (
-                    node.get("tool_call_id").and_then(Value::as_str),
-                    node.get("result").and_then(Value::as_str),
-                ) {
-                    out.push((id.to_owned(), result.to_owned()));
-                }
-            }
-            node.values().for_each(|v| results_named(v, tool, out));
-        }
-        Value::Array(nodes) => nodes.iter().for_each(|v| results_named(v, tool, out)),
-        _ => {}
-    }
-}
-
 /// A client's turn, checked against its record: `completed` with the whole text (as the
 /// client assembled it, too), `seq` only up, each call settled once, each file written by at
 /// most one call, and written when its call says so.
@@ -207,8 +188,7 @@ async fn check(turn: usize, seen: &Seen, server: &Server, db: &Db) {
     let trace = server
         .get(&format!("/threads/{thread}/messages/{id}/trace"))
         .await;
-    let mut writes = Vec::new();
-    results_named(&trace, "write_file", &mut writes);
+    let writes = results_named(&trace, "write_file");
     let mut calls: HashMap<&str, u32> = HashMap::new();
     let mut written: HashMap<String, u32> = HashMap::new();
     for (call, result) in &writes {

@@ -291,3 +291,28 @@ impl Balancer {
         *self.backend.lock().unwrap() = backend.to_owned();
     }
 }
+
+/// The results of `tool`'s calls anywhere in a turn's trace (subtasks included), in order,
+/// each with its call's id.
+pub fn results_named(trace: &Value, tool: &str) -> Vec<(String, String)> {
+    fn walk(trace: &Value, tool: &str, out: &mut Vec<(String, String)>) {
+        match trace {
+            Value::Object(node) => {
+                if node.get("name").and_then(Value::as_str) == Some(tool) {
+                    if let (Some(id), Some(result)) = (
+                        node.get("tool_call_id").and_then(Value::as_str),
+                        node.get("result").and_then(Value::as_str),
+                    ) {
+                        out.push((id.to_owned(), result.to_owned()));
+                    }
+                }
+                node.values().for_each(|v| walk(v, tool, out));
+            }
+            Value::Array(nodes) => nodes.iter().for_each(|v| walk(v, tool, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(trace, tool, &mut out);
+    out
+}
