@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::types::{ChatContext, MessageContent, PermissionMode};
 
 /// The envelope every command travels in; `request_id` is echoed on the reply or error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CommandEnvelope {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
@@ -14,7 +14,7 @@ pub struct CommandEnvelope {
     pub command: ClientCommand,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "command", content = "data", rename_all = "snake_case")]
 #[allow(clippy::large_enum_variant)] // decoded once per frame; boxing buys nothing
 pub enum ClientCommand {
@@ -35,7 +35,7 @@ impl ClientCommand {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChatMessageData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
@@ -91,25 +91,25 @@ impl ChatMessageData {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MediaGeneration {
     pub mode: String,
     #[serde(flatten)]
     pub rest: serde_json::Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StopData {
     pub thread_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SetPermissionModeData {
     pub thread_id: String,
     pub permission_mode: PermissionMode,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResumeChatData {
     pub thread_id: String,
     #[serde(default)]

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::types::ToolCategory;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalDecision {
     Allow,
@@ -15,7 +15,7 @@ pub enum ApprovalDecision {
 
 /// How an approval request ended (`tool_approval_resolved.decision`): the user's decision,
 /// or that it timed out or was cancelled with its turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalOutcome {
     Allow,
@@ -57,7 +57,7 @@ impl ApprovalOutcome {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControlFrame {
     ToolApprovalResponse {
@@ -83,7 +83,7 @@ pub enum ControlFrame {
 }
 
 /// A tool the client runs itself (`ui_*`), advertised by the client.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClientTool {
     pub name: String,
     #[serde(default)]

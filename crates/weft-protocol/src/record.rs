@@ -8,7 +8,7 @@ use crate::metadata::ToolResultMetadata;
 use crate::types::MessageContent;
 
 /// A tool call as the model emitted it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RecordedCall {
     /// The server-unique id used on the wire (events, approvals, trace).
     pub id: String,
@@ -19,7 +19,7 @@ pub struct RecordedCall {
     pub arguments: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RecordEntry {
     User {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Previews in the tree are at most this many characters.
 pub const PREVIEW_MAX_CHARS: usize = 500;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecutionTreeSnapshot {
     pub version: u32,
     pub nodes: Vec<ExecutionTreeNode>,
@@ -20,7 +20,7 @@ impl Default for ExecutionTreeSnapshot {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecutionTreeNode {
     /// The tool call id.
     pub id: String,

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Per-thread trust level deciding what a gated tool call does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
     /// Only `read` tools run; everything else is refused and the agent proposes instead.
@@ -35,7 +37,7 @@ impl PermissionMode {
 }
 
 /// What a tool call does to the world, deciding approval per mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCategory {
     Read,
@@ -52,7 +54,7 @@ impl ToolCategory {
 }
 
 /// Whether a tool exists in a session's toolbelt at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyClass {
     Safe,
@@ -65,7 +67,7 @@ pub enum PolicyClass {
 }
 
 /// Where the chat happens; `editor` unlocks editor-mutating tools.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ChatContext {
     #[default]
@@ -77,7 +79,7 @@ pub enum ChatContext {
 }
 
 /// A user message body: plain text or a list of parts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
@@ -130,7 +132,7 @@ impl MessageContent {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
     Text {

@@ -350,7 +350,11 @@ impl Client {
                 .await
                 .expect("timed out waiting for a frame");
             match next {
-                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+                Some(Ok(Message::Text(t))) => {
+                    let frame: Value = serde_json::from_str(&t).unwrap();
+                    fits_the_schema(&frame);
+                    return frame;
+                }
                 Some(Ok(Message::Binary(b))) => {
                     let mut v: Value = rmp_serde::from_slice(&b).unwrap();
                     v["__binary"] = json!(true);
@@ -483,4 +487,26 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
     fn make_writer(&'a self) -> Logs {
         self.clone()
     }
+}
+
+/// Every frame a test receives fits the committed schema (`docs/schema/server_frame.json`):
+/// what the server sends cannot drift from what client authors are told.
+pub fn fits_the_schema(frame: &Value) {
+    static SERVER_FRAME: std::sync::OnceLock<jsonschema::Validator> = std::sync::OnceLock::new();
+    let validator = SERVER_FRAME.get_or_init(|| {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/schema/server_frame.json"
+        );
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        jsonschema::validator_for(&schema).unwrap()
+    });
+    let errors: Vec<String> = validator
+        .iter_errors(frame)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "a frame outside the schema: {frame}: {errors:?}"
+    );
 }
