@@ -236,28 +236,36 @@ async fn under_load(postgres: bool) {
     // Each turn: 6 rounds of 3 parallel calls, then text; slow enough to be mid-flight.
     let mut steps: Vec<Value> = (0..6)
         .map(|r| {
-            json!({"chunks": [format!("r{r} ")], "delay_ms": 40, "tool_calls": (0..3)
+            json!({"chunks": [format!("r{r} ")], "delay_ms": 100, "tool_calls": (0..3)
                 .map(|j| json!({"name": "memory_write", "arguments": {"key": format!("k{j}"), "value": format!("v{r}")}}))
                 .collect::<Vec<_>>()})
         })
         .collect();
     steps.push(json!({"text": "finished", "repeat": true}));
-    let script = json!({"conversations": [{"match": "*", "steps": steps}]});
+    // And one turn whose model takes a minute: whatever the timing, the kill catches it.
+    let script = json!({"conversations": [
+        {"match": "slow work", "steps": [{"delay_ms": 60_000, "text": "late"}]},
+        {"match": "*", "steps": steps}]});
     let server = start(&db, &script).await;
     let mut sockets = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..201 {
         sockets.push(server.connect().await);
     }
-    for ws in &mut sockets {
-        send(ws, chat("work", None)).await;
+    for (i, ws) in sockets.iter_mut().enumerate() {
+        send(ws, chat(if i == 0 { "slow work" } else { "work" }, None)).await;
     }
     let mut threads = Vec::new();
     for ws in &mut sockets {
         let f = until(ws, |f| f["type"] == "turn_started").await;
         threads.push(f[0]["thread_id"].as_str().unwrap().to_owned());
     }
-    // Some rounds have happened everywhere; then the process dies.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The newest turn is past its first round (five more to go) when the process dies, so
+    // the kill catches turns mid-flight however slowly this test read the others' starts.
+    let newest = sockets.last_mut().unwrap();
+    until(newest, |f| {
+        f["type"] == "tool_call_update" && f["status"] == "end"
+    })
+    .await;
     server.kill().await;
     drop(sockets);
 
@@ -276,7 +284,7 @@ async fn under_load(postgres: bool) {
     assert!(interrupted > 0, "the kill should catch turns mid-flight");
     // Every thread takes a new turn.
     let mut ws = server.connect().await;
-    send(&mut ws, chat("again", Some(&threads[0]))).await;
+    send(&mut ws, chat("again", Some(&threads[1]))).await;
     let frames = until(&mut ws, is_done).await;
     assert!(frames.iter().any(|f| f["type"] == "message"), "{frames:?}");
     server.stop().await;
