@@ -78,6 +78,13 @@ async fn newest_status(store: &Store, thread: &str) -> String {
     messages.last().unwrap().status.clone()
 }
 
+/// A read, then a slow second round (for a turn cut between them).
+fn two_round_script() -> Value {
+    json!({"conversations": [{"match": "*", "steps": [
+        {"text": "first part. ", "tool_calls": [{"name": "memory_list", "arguments": {}}]},
+        {"delay_ms": 2_000, "text": "second part."}]}]})
+}
+
 /// Output lines of a `weft chat` process.
 type ChatLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
 
@@ -367,10 +374,8 @@ async fn sigterm_closes_with_1012_and_weft_chat_resumes_through_another_replica(
     let db = Db::new(true).await;
     let nats = Nats::start().await;
     let store = Store::connect(&db.url).await.unwrap();
-    // A read, then a slow second round: the turn is mid-way when its replica gets SIGTERM.
-    let script = json!({"conversations": [{"match": "*", "steps": [
-        {"text": "first part. ", "tool_calls": [{"name": "memory_list", "arguments": {}}]},
-        {"delay_ms": 2_000, "text": "second part."}]}]});
+    // The turn is mid-way when its replica gets SIGTERM.
+    let script = two_round_script();
     let config = |id: &str| {
         format!(
             "[limits]\nturns_per_user = 0\nmessages_per_minute = 0\n\
@@ -419,10 +424,8 @@ async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn
     let db = Db::new(true).await;
     let nats = Nats::start().await;
     let store = Store::connect(&db.url).await.unwrap();
-    // A read, then a slow second round: the turn is mid-way when its replica is killed.
-    let script = json!({"conversations": [{"match": "*", "steps": [
-        {"text": "first part. ", "tool_calls": [{"name": "memory_list", "arguments": {}}]},
-        {"delay_ms": 2_000, "text": "second part."}]}]});
+    // The turn is mid-way when its replica is killed.
+    let script = two_round_script();
     let a = replica(&db, &nats, &script, "a").await;
     let b = replica(&db, &nats, &script, "b").await;
     let balancer = Balancer::start(&a.addr).await;

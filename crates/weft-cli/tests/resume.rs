@@ -82,6 +82,19 @@ fn results_in(trace: &Value, tool: &str) -> Vec<String> {
         .collect()
 }
 
+/// Resume `thread` on `server` from `last_seq` and read its turn to the end: the socket and
+/// the frames.
+async fn resume_to_end(server: &Server, thread: &str, last_seq: u64) -> (support::Ws, Vec<Value>) {
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
+    )
+    .await;
+    let frames = until(&mut ws, is_done).await;
+    (ws, frames)
+}
+
 /// Kill the server once its turn asks for an approval, start it again and resume: the
 /// server, the resumed socket, the thread, the approval's id (asked again, the same) and
 /// the `turn_resumed` frame.
@@ -132,13 +145,7 @@ async fn killed_mid_turn(postgres: bool) {
     let (thread, last_seq) = kill_after_writing(server, &mut ws, "f2.md").await;
 
     let server = start(&db, &script).await;
-    let mut ws = server.connect().await;
-    send(
-        &mut ws,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
-    )
-    .await;
-    let frames = until(&mut ws, is_done).await;
+    let (mut ws, frames) = resume_to_end(&server, &thread, last_seq).await;
     let seqs: Vec<u64> = frames.iter().filter_map(|f| f["seq"].as_u64()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     assert!(seqs[0] > last_seq, "{seqs:?} after {last_seq}");
@@ -269,13 +276,7 @@ async fn budget_holds(postgres: bool) {
     let (thread, last_seq) = kill_after_writing(server, &mut ws, "f2.md").await;
 
     let server = start_with(&db, &script, limit).await;
-    let mut ws = server.connect().await;
-    send(
-        &mut ws,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
-    )
-    .await;
-    let frames = until(&mut ws, is_done).await;
+    let (_, frames) = resume_to_end(&server, &thread, last_seq).await;
     let trip = frames
         .iter()
         .find(|f| f["type"] == "budget_exceeded")
@@ -328,20 +329,11 @@ async fn cut_in_a_subtask(postgres: bool) {
     let (thread, last_seq) = kill_after_writing(server, &mut ws, "once.md").await;
 
     let server = start_with(&db, &script, "[agent]\nmax_total_subtasks = 1\n").await;
-    let mut ws = server.connect().await;
-    send(
-        &mut ws,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
-    )
-    .await;
-    let frames = until(&mut ws, is_done).await;
+    let (_, frames) = resume_to_end(&server, &thread, last_seq).await;
     let message = frames.iter().find(|f| f["type"] == "message").unwrap();
     assert_eq!(message["message"]["status"], "completed", "{message}");
     assert_eq!(message["message"]["content"], "delegating all done");
-    let id = message["message"]["id"].as_str().unwrap();
-    let trace = server
-        .get(&format!("/threads/{thread}/messages/{id}/trace"))
-        .await;
+    let trace = server.trace(&thread, message).await;
     let writes = results_in(&trace, "write_file");
     assert_eq!(
         writes,
@@ -430,10 +422,7 @@ async fn code_run_redone(postgres: bool) {
         std::fs::read_to_string(workspace.join("out.md")).unwrap(),
         "copied"
     );
-    let id = message["message"]["id"].as_str().unwrap();
-    let trace = server
-        .get(&format!("/threads/{thread}/messages/{id}/trace"))
-        .await;
+    let trace = server.trace(&thread, message).await;
     let reads = results_in(&trace, "read_file");
     let writes = results_in(&trace, "write_file");
     let runs = results_in(&trace, "code.execute");
@@ -482,20 +471,11 @@ async fn cut_in_parallel_jobs(postgres: bool) {
     let (thread, last_seq) = kill_after_writing(server, &mut ws, "b1.md").await;
 
     let server = start_with(&db, &script, limit).await;
-    let mut ws = server.connect().await;
-    send(
-        &mut ws,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}),
-    )
-    .await;
-    let frames = until(&mut ws, is_done).await;
+    let (_, frames) = resume_to_end(&server, &thread, last_seq).await;
     let message = frames.iter().find(|f| f["type"] == "message").unwrap();
     assert_eq!(message["message"]["status"], "completed", "{message}");
     assert_eq!(message["message"]["content"], "all done");
-    let id = message["message"]["id"].as_str().unwrap();
-    let trace = server
-        .get(&format!("/threads/{thread}/messages/{id}/trace"))
-        .await;
+    let trace = server.trace(&thread, message).await;
     let mut writes = results_in(&trace, "write_file");
     writes.sort();
     assert_eq!(

@@ -184,10 +184,7 @@ async fn check(turn: usize, seen: &Seen, server: &Server, db: &Db) {
         "turn {turn}: the client's text: {seen:?}"
     );
     let thread = seen.thread.as_deref().unwrap();
-    let id = message["message"]["id"].as_str().unwrap();
-    let trace = server
-        .get(&format!("/threads/{thread}/messages/{id}/trace"))
-        .await;
+    let trace = server.trace(thread, message).await;
     let writes = results_named(&trace, "write_file");
     let mut calls: HashMap<&str, u32> = HashMap::new();
     let mut written: HashMap<String, u32> = HashMap::new();

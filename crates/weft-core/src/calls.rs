@@ -188,7 +188,7 @@ impl CallSite {
         let mut replay = self.replay.lock();
         let same = replay
             .front()
-            .is_some_and(|m| m.request.name == name && m.request.arguments == arguments);
+            .is_some_and(|m| m.request().name == name && m.request().arguments == arguments);
         if same {
             replay.pop_front()
         } else {
@@ -201,19 +201,16 @@ impl CallSite {
     /// without runs again when it is a read or idempotent or was waiting for its approval,
     /// and otherwise is answered that it may or may not have taken effect.
     async fn meet_again(&self, made: MadeCall) -> ToolOutcome {
-        if let Some((content, is_error)) = made.result {
-            return ToolOutcome { content, is_error };
-        }
-        let call = match &made.cut {
-            Some(cut) => cut.call.clone(),
-            None => Call {
-                wire_id: made.request.id.clone(),
-                request: made.request.clone(),
-            },
+        let cut = match made {
+            MadeCall::Answered {
+                content, is_error, ..
+            } => return ToolOutcome { content, is_error },
+            MadeCall::Cut(cut) => cut,
         };
-        let result = match &made.cut {
-            Some(cut) if !runs_again(&self.level, cut) => maybe_ran(&self.turn, &self.level, &call),
-            _ => dispatch_one(&self.turn, &self.level, &call, &self.guard).await,
+        let result = if runs_again(&self.level, &cut) {
+            dispatch_one(&self.turn, &self.level, &cut.call, &self.guard).await
+        } else {
+            maybe_ran(&self.turn, &self.level, &cut.call)
         };
         self.turn
             .recorder

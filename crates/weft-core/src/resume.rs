@@ -116,41 +116,52 @@ impl CutCall {
     }
 }
 
-/// A call a cut code run had made, as it is met again when the run is redone: its result
-/// when that is on record, else how it was cut.
+/// A call a cut code run had made, as it is met again when the run is redone.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct MadeCall {
-    pub request: ToolCallRequest,
-    pub result: Option<(String, bool)>,
-    pub cut: Option<CutCall>,
+pub(crate) enum MadeCall {
+    /// Its result is on record: given back, not run again.
+    Answered {
+        request: ToolCallRequest,
+        content: String,
+        is_error: bool,
+    },
+    /// It had no result: settled as any call of a cut round.
+    Cut(CutCall),
+}
+
+impl MadeCall {
+    pub fn request(&self) -> &ToolCallRequest {
+        match self {
+            MadeCall::Answered { request, .. } => request,
+            MadeCall::Cut(cut) => &cut.call.request,
+        }
+    }
 }
 
 impl ChildResume {
     /// The calls made under the cut call, in the order they were made (a code run makes
     /// one call per response).
     pub(crate) fn made_calls(&self) -> Vec<MadeCall> {
-        let mut made = Vec::new();
-        for message in &self.tail {
-            for request in &message.tool_calls {
-                let result = self
-                    .tail
-                    .iter()
-                    .find(|m| {
-                        m.role == Role::Tool && m.tool_call_id.as_deref() == Some(&request.id)
-                    })
-                    .map(|m| (m.text(), m.is_error));
-                let cut = self
-                    .cut
-                    .iter()
-                    .find(|c| c.call.request.id == request.id)
-                    .cloned();
-                made.push(MadeCall {
+        let answered = |request: &ToolCallRequest| {
+            self.tail
+                .iter()
+                .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(&request.id))
+                .map(|m| MadeCall::Answered {
                     request: request.clone(),
-                    result,
-                    cut,
-                });
-            }
-        }
-        made
+                    content: m.text(),
+                    is_error: m.is_error,
+                })
+        };
+        let cut = |request: &ToolCallRequest| {
+            self.cut
+                .iter()
+                .find(|c| c.call.request.id == request.id)
+                .map(|c| MadeCall::Cut(c.clone()))
+        };
+        self.tail
+            .iter()
+            .flat_map(|m| &m.tool_calls)
+            .filter_map(|request| answered(request).or_else(|| cut(request)))
+            .collect()
     }
 }

@@ -91,8 +91,8 @@ pub(crate) async fn spawn(
     child: Child,
 ) -> Result<ChildEnd, String> {
     // A subtask taken up after a crash was charged in its first life.
-    let place = job.map_or_else(|| call_id.to_owned(), |j| job_parent(call_id, j));
-    if !turn.child_charged(&place) {
+    let record_parent = job.map(|j| job_parent(call_id, j));
+    if !turn.child_charged(record_parent.as_deref().unwrap_or(call_id)) {
         if let Err(trip) = turn.budget.take_subtask() {
             turn.trip(trip);
             return Err(prompts::budget_stop(&trip.to_string()));
@@ -137,7 +137,7 @@ pub(crate) async fn spawn(
     let level = Level {
         depth,
         parent_id: Some(call_id.to_owned()),
-        record_parent: job.map(|j| job_parent(call_id, j)),
+        record_parent,
         system: system.into(),
         toolbelt,
         specs: specs.into(),

@@ -220,16 +220,15 @@ impl Runtime {
     }
 
     /// Keep the thread's tools allowed for the chat with it, so the grant holds on every
-    /// replica and after a restart.
+    /// replica and after a restart (through the writer, so grants land in the order made).
     fn keep_allowed_tools(&self, thread: &ThreadRuntime) {
-        let store = self.store.clone();
-        let id = thread.id.to_string();
-        let tools = thread.gate.allowed_for_chat();
-        tokio::spawn(async move {
-            if let Err(e) = store.set_allowed_tools(&id, &tools).await {
-                tracing::warn!(thread = %id, error = %e, "cannot keep the tools allowed for a chat");
-            }
-        });
+        self.store.submit(
+            WriteOp::SetAllowedTools {
+                id: thread.id.to_string(),
+                tools: thread.gate.allowed_for_chat(),
+            },
+            None,
+        );
     }
 
     /// A client's answer to one of its client-run (`ui_*`) calls.

@@ -69,17 +69,6 @@ impl Store {
         Ok(())
     }
 
-    /// Keep the tools the thread's user allowed for this chat (the whole set).
-    pub async fn set_allowed_tools(&self, id: &str, tools: &[String]) -> Result<()> {
-        let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".to_owned());
-        sqlx::query("UPDATE threads SET allowed_tools = $1 WHERE id = $2")
-            .bind(tools)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
     pub async fn touch_thread(&self, id: &str) -> Result<()> {
         sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
             .bind(now_ms())

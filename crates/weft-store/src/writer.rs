@@ -59,6 +59,11 @@ pub enum WriteOp {
         id: String,
         agent: Option<String>,
     },
+    /// The tools the thread's user allowed for the chat (the whole set).
+    SetAllowedTools {
+        id: String,
+        tools: Vec<String>,
+    },
 }
 
 impl WriteOp {
@@ -76,7 +81,8 @@ impl WriteOp {
             | WriteOp::Lease(_)
             | WriteOp::DecideApproval { .. }
             | WriteOp::SetThreadMode { .. }
-            | WriteOp::SetThreadAgent { .. } => 1,
+            | WriteOp::SetThreadAgent { .. }
+            | WriteOp::SetAllowedTools { .. } => 1,
         }
     }
 }
@@ -322,6 +328,7 @@ struct Plan<'a> {
     touched: Vec<&'a str>,
     modes: Vec<(&'a str, &'a str)>,
     agents: Vec<(&'a str, Option<&'a str>)>,
+    allowed: Vec<(&'a str, &'a [String])>,
     items: Vec<&'a ItemRow>,
     item_at: HashMap<(&'a str, i64), usize>,
     approvals: Vec<&'a ApprovalRow>,
@@ -372,17 +379,19 @@ impl<'a> Plan<'a> {
             } => self.decisions.push((thread_id, id, status)),
             WriteOp::SetThreadMode { id, mode } => self.modes.push((id, mode)),
             WriteOp::SetThreadAgent { id, agent } => self.agents.push((id, agent.as_deref())),
+            WriteOp::SetAllowedTools { id, tools } => self.allowed.push((id, tools)),
         }
     }
 
     /// How many rows of each kind the plan writes, items and fences aside.
-    fn rows_besides_items(&self) -> [usize; 10] {
+    fn rows_besides_items(&self) -> [usize; 11] {
         [
             self.threads.len(),
             self.begin_messages.len(),
             self.touched.len(),
             self.modes.len(),
             self.agents.len(),
+            self.allowed.len(),
             self.approvals.len(),
             self.decisions.len(),
             self.finished.len(),
@@ -471,6 +480,14 @@ impl<'a> Plan<'a> {
         for (id, agent) in &self.agents {
             sqlx::query("UPDATE threads SET agent = $1 WHERE id = $2")
                 .bind(*agent)
+                .bind(*id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        for (id, tools) in &self.allowed {
+            let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".to_owned());
+            sqlx::query("UPDATE threads SET allowed_tools = $1 WHERE id = $2")
+                .bind(tools)
                 .bind(*id)
                 .execute(&mut *conn)
                 .await?;

@@ -158,6 +158,14 @@ impl Server {
         ws
     }
 
+    /// One turn's trace (`message` is its final `message` frame): subtasks nested, full
+    /// results.
+    pub async fn trace(&self, thread: &str, message: &Value) -> Value {
+        let id = message["message"]["id"].as_str().unwrap();
+        self.get(&format!("/threads/{thread}/messages/{id}/trace"))
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> Value {
         reqwest::get(format!("http://{}{path}", self.addr))
             .await

@@ -1,11 +1,12 @@
 //! `TurnLog`: a turn's conversation record on its way to the database, not awaited (the
 //! loop goes on while commits are in flight) except before a person is asked to approve,
 //! before a call that may change something runs, and before that call's result is shown. A
-//! response is held until its round's results come, so a round is one write; a turn has at most one write in flight, and rounds that
-//! complete meanwhile go out together when it lands (a round per commit when the database
-//! keeps up, bigger writes when it does not). Anything held, and root-level text still
-//! streaming, goes out at least every second, and at once when the turn asks the user for
-//! an approval (the request waits for that commit). A write that fails stops the turn.
+//! response is held until its round's results come, so a round is one write; a turn has at
+//! most one write in flight, and rounds that complete meanwhile go out together when it lands
+//! (a round per commit when the database keeps up, bigger writes when it does not). Anything
+//! held, and root-level text still streaming, goes out at least every second, and at once
+//! when the turn asks the user for an approval (the request waits for that commit). A write
+//! that fails stops the turn.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};

@@ -90,10 +90,11 @@ fn cut_calls_of(kept: &[&ItemRow], calls: Vec<Call>, pending: &[&ApprovalRow]) -
     calls
         .into_iter()
         .map(|call| {
+            // Its own items, or a job's of it, sit under it.
             let started = kept.iter().any(|i| {
                 i.parent_id
                     .as_deref()
-                    .is_some_and(|p| p.starts_with(&call.wire_id))
+                    .is_some_and(|p| parent_call(p).0 == call.wire_id)
             });
             // A subtask goes on from its last round; a code run is redone meeting its calls.
             let nests = [prompts::RUN_SUBTASK, weft_codemode::CODE_EXECUTE];
