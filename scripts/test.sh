@@ -48,5 +48,15 @@ WEFT_TEST_DB=postgres cargo test --workspace --locked "$@"
 WEFT_TEST_DB=sqlite cargo test --locked -p weft-server "$@"
 WEFT_TEST_DB=pgvector cargo test --locked -p weft-server --test knowledge "$@"
 
+# The client SDKs against a real `weft serve` (the debug build the suites above made), each
+# starting its own servers: the TypeScript client with Node's test runner (its frame types
+# checked against docs/schema/ and by tsc).
+ts=clients/typescript
+if [ ! -f "$ts/node_modules/.package-lock.json" ] || [ "$ts/package-lock.json" -nt "$ts/node_modules/.package-lock.json" ]; then
+  echo "test.sh: installing the TypeScript client's dev dependencies (npm ci)"
+  npm ci --prefix "$ts" --no-audit --no-fund --loglevel=error
+fi
+WEFT_BIN="$PWD/target/debug/weft" npm test --prefix "$ts"
+
 # A short fuzzing pass over frame decoding and argument handling (scripts/fuzz.sh runs longer).
 ./scripts/fuzz.sh 100000

@@ -2,7 +2,7 @@
 // plan, nested tool-call cards, inline approvals, budget notices, cost, reload and resume;
 // the workflows panel and its editor live in workflows.js.
 
-import { WeftSocket } from "./socket.js";
+import { WeftClient } from "./weft-client.js";
 import { initWorkflows, onWorkflowFrame, runClientTool, chatContext, MANIFEST } from "./workflows.js";
 import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView, citationsView } from "./render.js";
 
@@ -21,10 +21,17 @@ const state = {
   approvals: [],         // pending approval requests, oldest first
 };
 
-const socket = new WeftSocket(onFrame, onConnection);
 // Remember a key given in the address, so reloads keep working.
 const keyParam = new URLSearchParams(location.search).get("api_key");
 if (keyParam) localStorage.setItem("weft_api_key", keyParam);
+
+// The connection is @weft/client's (clients/typescript/): reconnects with backoff, frames
+// of a thread never shown twice; this page sends its own commands and resumes itself.
+const socket = new WeftClient({ url: location.origin, apiKey: keyParam || localStorage.getItem("weft_api_key") || undefined });
+socket.onFrame(onFrame);
+socket.onState((s) => onConnection(s === "open" ? "up" : "down"));
+const connect = () => socket.connect().catch(() => { onConnection("down"); setTimeout(connect, 2000); });
+connect();
 
 function headers() {
   const key = new URLSearchParams(location.search).get("api_key") || localStorage.getItem("weft_api_key");

@@ -7,7 +7,8 @@ use axum::Router;
 
 const INDEX: &str = include_str!("../../../web-fixtures/index.html");
 const APP: &str = include_str!("../../../web-fixtures/app.js");
-const SOCKET: &str = include_str!("../../../web-fixtures/socket.js");
+/// The page's connection: the TypeScript client SDK, served as it is published.
+const CLIENT: &str = include_str!("../../../clients/typescript/weft-client.js");
 const RENDER: &str = include_str!("../../../web-fixtures/render.js");
 const WORKFLOWS: &str = include_str!("../../../web-fixtures/workflows.js");
 const STYLE: &str = include_str!("../../../web-fixtures/style.css");
@@ -31,7 +32,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             get(|| async { file("text/html; charset=utf-8", INDEX) }),
         )
         .route("/app.js", get(|| async { file(JS, APP) }))
-        .route("/socket.js", get(|| async { file(JS, SOCKET) }))
+        .route("/weft-client.js", get(|| async { file(JS, CLIENT) }))
         .route("/render.js", get(|| async { file(JS, RENDER) }))
         .route("/workflows.js", get(|| async { file(JS, WORKFLOWS) }))
         .route(
