@@ -57,6 +57,12 @@ if [ ! -f "$ts/node_modules/.package-lock.json" ] || [ "$ts/package-lock.json" -
   npm ci --prefix "$ts" --no-audit --no-fund --loglevel=error
 fi
 WEFT_BIN="$PWD/target/debug/weft" npm test --prefix "$ts"
+# The Python client with pytest, in its own virtualenv under target/ (websockets and pytest
+# from PyPI).
+py=target/py-clients
+[ -x "$py/bin/python" ] || python3 -m venv "$py"
+"$py/bin/pip" install --quiet --disable-pip-version-check -e 'clients/python[test]'
+(cd clients/python && WEFT_BIN="$PWD/../../target/debug/weft" "../../$py/bin/python" -m pytest -q -p no:cacheprovider)
 
 # A short fuzzing pass over frame decoding and argument handling (scripts/fuzz.sh runs longer).
 ./scripts/fuzz.sh 100000
