@@ -43,12 +43,12 @@ enum Command {
     },
     /// Chat with a running server from the terminal (one message, or interactive).
     Chat {
-        /// Server address.
+        /// Server address: its base URL or its `/ws` address.
         #[arg(long, env = "WEFT_URL", default_value = "http://127.0.0.1:8080")]
         url: String,
         #[arg(long, env = "WEFT_API_KEY")]
         api_key: Option<String>,
-        /// Continue this thread.
+        /// Continue this thread (one of yours: an unknown id is an error).
         #[arg(long)]
         thread: Option<String>,
         /// Execution mode: `classic` (tool calls) or `code` (the model writes JavaScript).
