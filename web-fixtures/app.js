@@ -51,7 +51,11 @@ async function loadThreads() {
   const list = $("threads");
   list.replaceChildren(...threads.map((t) => {
     const li = el("li", { "data-id": t.id, text: t.title || "Untitled" });
-    if (t.id === state.threadId) li.classList.add("current");
+    if (t.id === state.threadId) {
+      li.classList.add("current");
+      // A new chat's header takes its title once the server has one (its first message).
+      $("thread-title").textContent = t.title || "Untitled";
+    }
     if (t.active) li.classList.add("active");
     li.onclick = () => openThread(t.id);
     return li;
@@ -97,6 +101,7 @@ function resetView() {
 async function openThread(id) {
   resetView();
   state.threadId = id;
+  showAddress(id);
   const threads = await loadThreads();
   const meta = threads.find((t) => t.id === id);
   $("thread-title").textContent = meta ? meta.title || "Untitled" : "Thread";
@@ -116,6 +121,7 @@ async function openThread(id) {
 function newThread() {
   resetView();
   state.threadId = null;
+  showAddress(null);
   $("thread-title").textContent = "New chat";
   setMode("default", false);
   setAgent("default");
@@ -182,7 +188,8 @@ function onFrame(f) {
   if (f.thread_id && state.threadId && f.thread_id !== state.threadId) { loadThreads(); return; }
   switch (f.type) {
     case "turn_started":
-      if (!state.threadId) { state.threadId = f.thread_id; loadThreads(); }
+      if (!state.threadId) { state.threadId = f.thread_id; showAddress(f.thread_id); }
+      loadThreads();
       state.live = assistantMessage();
       $("messages").append(state.live.root);
       setRunning(true);
@@ -380,6 +387,25 @@ function setRunning(running) {
   state.running = running;
   $("turn-status").textContent = running ? "working…" : "";
   $("send").disabled = running;
+  $("send").hidden = running;
+  $("stop").hidden = !running;
+}
+
+/// Stop the running turn on the server; what it produced so far is kept.
+function stopTurn() {
+  if (state.running && state.threadId) socket.stop(state.threadId);
+}
+
+/// The address of the chat on screen: `#/t/<id>` (a reload or a shared link opens it).
+function showAddress(id) {
+  const hash = id ? `#/t/${encodeURIComponent(id)}` : "";
+  if (location.hash !== hash) history.pushState(null, "", `${location.pathname}${location.search}${hash}`);
+}
+
+/// The thread named by the address, if any.
+function addressedThread() {
+  const match = /^#\/t\/(.+)$/.exec(location.hash);
+  return match ? decodeURIComponent(match[1]) : null;
 }
 
 function setMode(mode, announce) {
@@ -403,7 +429,10 @@ function send(e) {
 }
 
 function startTurn(data) {
-  if (state.threadId) data.thread_id = state.threadId;
+  // A new chat gets its id here (the server creates the thread under it): its address and
+  // the Stop button work before the turn's first frame.
+  if (!state.threadId) { state.threadId = crypto.randomUUID(); showAddress(state.threadId); }
+  data.thread_id = state.threadId;
   socket.send({ command: "chat_message", request_id: crypto.randomUUID ? crypto.randomUUID() : String(Date.now()), data });
   setRunning(true);
   scrollDown();
@@ -421,6 +450,11 @@ function scrollDown() { const m = $("messages"); m.scrollTop = m.scrollHeight; }
 $("composer").addEventListener("submit", send);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) send(e); });
 $("new-thread").onclick = newThread;
+$("stop").onclick = stopTurn;
+window.addEventListener("popstate", () => {
+  const id = addressedThread();
+  if (id !== state.threadId) (id ? openThread(id) : newThread());
+});
 $("agent-select").onchange = (e) => { state.agent = e.target.value; };
 $("exec-mode").onchange = (e) => { state.execMode = e.target.value; };
 $("mode-button").onclick = () => {
@@ -433,7 +467,7 @@ for (const li of $("mode-menu").children) {
 }
 setMode("default", false);
 initWorkflows({ headers, run: runWorkflow });
-loadThreads();
+if (addressedThread()) openThread(addressedThread()); else loadThreads();
 loadAgents();
 loadModes();
 fetch("/healthz").then((r) => r.json()).then((h) => { $("demo-banner").hidden = !h.demo; }).catch(() => {});

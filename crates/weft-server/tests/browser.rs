@@ -574,3 +574,58 @@ async fn an_mcp_tool_card_shows_live_progress_and_images() {
     b.close().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn stop_ends_the_answer_and_each_chat_has_its_own_address() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    assert_eq!(
+        b.js("document.getElementById('stop').hidden").await,
+        json!(true)
+    );
+    b.say("slow story").await;
+    // While the answer streams, Stop takes Send's place.
+    b.wait(&format!("{ANSWER} === 'one '")).await;
+    b.wait("!document.getElementById('stop').hidden && document.getElementById('send').hidden")
+        .await;
+    b.shot("stop-button").await;
+    b.click("#stop").await;
+    b.wait("!window.weft.state.running").await;
+    b.wait("document.getElementById('stop').hidden && !document.getElementById('send').hidden")
+        .await;
+    let thread = b.js("window.weft.state.threadId").await;
+    let thread = thread.as_str().unwrap().to_owned();
+    let (_, messages) = server
+        .get(&format!("/threads/{thread}/messages"), None)
+        .await;
+    assert_eq!(messages[1]["status"], "cancelled", "{messages}");
+    assert!(!messages[1]["content"].as_str().unwrap().contains("four"));
+
+    // The chat has an address and, after its first turn, its title.
+    assert_eq!(b.js("location.hash").await, json!(format!("#/t/{thread}")));
+    b.wait("document.getElementById('thread-title').textContent === 'slow story'")
+        .await;
+    // A reload lands on it, not on a new chat.
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    b.wait(&format!("{ANSWER}?.startsWith('one')")).await;
+    b.wait("document.getElementById('thread-title').textContent === 'slow story'")
+        .await;
+    // A new chat has none; Back returns to the one before.
+    b.click("#new-thread").await;
+    assert_eq!(b.js("location.hash").await, json!(""));
+    assert_eq!(
+        b.js("document.getElementById('thread-title').textContent")
+            .await,
+        json!("New chat")
+    );
+    b.js("(history.back(), true)").await;
+    b.wait(&format!("window.weft.state.threadId === '{thread}'"))
+        .await;
+    b.wait(&format!("{ANSWER}?.startsWith('one')")).await;
+    b.close().await;
+    server.stop().await;
+}
