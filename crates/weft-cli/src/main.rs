@@ -2,6 +2,7 @@
 //! terminal, list `threads`.
 
 mod chat;
+mod telemetry;
 
 /// mimalloc: less memory per small allocation and faster than the system allocator for a
 /// server that holds thousands of small turns and connections. (The `system-alloc` feature
@@ -75,13 +76,11 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    if !matches!(command, Command::Serve { .. }) {
+        telemetry::init_log();
+    }
+    match command {
         Command::Serve { config, bind } => serve(config, bind).await,
         Command::Chat {
             url,
@@ -128,6 +127,8 @@ async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Re
     if let Some(bind) = bind {
         config.server.bind = bind;
     }
+    // Held to the end: dropping it sends the spans still waiting.
+    let _traces = telemetry::init(&config.telemetry)?;
     let store = Store::connect_with(&config.database.url, config.sqlite_sync())
         .await
         .with_context(|| format!("cannot open the database {}", redact(&config.database.url)))?;

@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use futures::future::join_all;
 use futures::FutureExt;
 use serde_json::{Map, Value};
+use tracing::Instrument;
 use weft_protocol::{
     ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus, ToolCategory,
     ToolParallelism, ToolResultMetadata, ToolResultStatus,
@@ -20,6 +21,7 @@ use crate::prompts;
 use crate::record::{ApprovalRequest, Call, RecordedResult};
 use crate::repetition::RepetitionGuard;
 use crate::resume::CutCall;
+use crate::telemetry;
 use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
@@ -288,7 +290,24 @@ impl Settled {
     }
 }
 
+/// Run one planned call under its `execute_tool` span (a subtask's work nests under it).
 async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> CallResult {
+    let call = planned.call;
+    let span =
+        telemetry::tool_call_span(&call.request.name, &call.wire_id, &call.request.arguments);
+    let result = execute_call(turn, level, planned)
+        .instrument(span.clone())
+        .await;
+    telemetry::tool_call_ended(
+        &span,
+        &telemetry::word(&result.metadata.status),
+        &telemetry::word(&result.metadata.approval_status),
+        &result.content,
+    );
+    result
+}
+
+async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> CallResult {
     let call = planned.call;
     let name = &call.request.name;
     let started_at = unix_now();

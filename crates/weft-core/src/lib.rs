@@ -18,6 +18,7 @@ pub mod prompts;
 pub mod provider;
 pub mod record;
 pub mod spec;
+pub mod telemetry;
 pub mod tokens;
 pub mod tool;
 pub mod toolbelt;

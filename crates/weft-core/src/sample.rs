@@ -10,6 +10,7 @@ use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
 use crate::record::ModelCallRecord;
+use crate::telemetry;
 use crate::turn::Turn;
 
 pub(crate) struct Sampled {
@@ -59,6 +60,7 @@ pub(crate) async fn sample(
         started,
         usage: Usage::default(),
         tool_calls: 0,
+        span: telemetry::model_call_span(llm.provider.name(), &llm.model),
     };
 
     // The work is polled first: cancellation only registers a waiter when the work is pending.
@@ -138,6 +140,7 @@ pub(crate) async fn sample(
         }
     }
     call.close(None, ());
+    telemetry::model_call_output(&call.span, &text);
     Ok(Sampled {
         text,
         tool_calls,
@@ -152,10 +155,19 @@ struct CallAccount<'a> {
     started: Instant,
     usage: Usage,
     tool_calls: u32,
+    /// Its `chat` span, open until the call is accounted for.
+    span: tracing::Span,
 }
 
 impl CallAccount<'_> {
     fn close<T>(&mut self, error: Option<&str>, value: T) -> T {
+        telemetry::model_call_ended(
+            &self.span,
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+            self.tool_calls,
+            error,
+        );
         let cost = self.turn.rate_card.cost(&self.level.llm.model, self.usage);
         self.turn.record_model_call(ModelCallRecord {
             provider: self.level.llm.provider.name().to_owned(),

@@ -36,6 +36,32 @@ pub struct Config {
     pub mcp: weft_tools::mcp::McpConfig,
     /// Replicas sharing one database: turn leases and the heartbeat.
     pub cluster: crate::leases::ClusterConfig,
+    /// OpenTelemetry traces.
+    pub telemetry: TelemetryConfig,
+}
+
+/// OpenTelemetry GenAI traces (a span per turn, model call and tool call), exported over
+/// OTLP/HTTP; off unless an endpoint is set.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP address (`http://collector:4318`; `/v1/traces` is added);
+    /// also `OTEL_EXPORTER_OTLP_ENDPOINT`. Empty: no traces.
+    pub otlp_endpoint: String,
+    /// Put prompts, answers, tool arguments and results in the spans.
+    pub capture_content: bool,
+    /// The `service.name` of the spans (also `OTEL_SERVICE_NAME`).
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: String::new(),
+            capture_content: false,
+            service_name: "weft".to_owned(),
+        }
+    }
 }
 
 /// Where asset bytes (offloaded tool results, media) are kept.
@@ -359,6 +385,12 @@ impl Config {
         }
         if let Some(v) = env("WEFT_NATS_URL") {
             self.cluster.nats_url = v;
+        }
+        if let Some(v) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            self.telemetry.otlp_endpoint = v;
+        }
+        if let Some(v) = env("OTEL_SERVICE_NAME") {
+            self.telemetry.service_name = v;
         }
         if let Some(v) = env("WEFT_PROVIDER") {
             self.provider.default = Some(v);

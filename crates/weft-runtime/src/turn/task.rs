@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use weft_core::telemetry;
 use weft_core::{
     ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd, TurnOutcome, TurnSpec,
 };
@@ -406,7 +408,13 @@ impl TurnTask {
     /// Run the mode (its events reach the clients through `forward`, on the turn's own
     /// task), flushing streaming text at least every second.
     async fn drive(&self, spec: TurnSpec, mode: Arc<dyn ExecutionMode>, record: TurnRecord<'_>) {
-        let run = mode.run(spec);
+        let span = telemetry::turn_span(
+            &self.thread.id,
+            &self.agent_name,
+            &self.message_id,
+            &self.mode_name,
+        );
+        let run = mode.run(spec).instrument(span.clone());
         tokio::pin!(run);
         let mut flush =
             tokio::time::interval_at(tokio::time::Instant::now() + FLUSH_EVERY, FLUSH_EVERY);
@@ -417,6 +425,7 @@ impl TurnTask {
                 _ = flush.tick() => self.log.flush(),
             }
         };
+        telemetry::turn_ended(&span, end_status(&outcome.end));
         self.finish(outcome, &record).await;
     }
 
