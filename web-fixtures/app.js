@@ -186,6 +186,8 @@ function onFrame(f) {
   if (f.thread_id && f.seq) state.lastSeq[f.thread_id] = Math.max(state.lastSeq[f.thread_id] || 0, f.seq);
   if (f.type === "error" && !f.thread_id) { $("messages").append(notice("error", `${f.code}: ${f.message}`)); setRunning(false); scrollDown(); return; }
   if (f.thread_id && state.threadId && f.thread_id !== state.threadId) { loadThreads(); return; }
+  // Follow the answer only while the reader is at the bottom: reading back is left alone.
+  const follow = atBottom();
   switch (f.type) {
     case "turn_started":
       if (!state.threadId) { state.threadId = f.thread_id; showAddress(f.thread_id); }
@@ -272,7 +274,7 @@ function onFrame(f) {
     }
     case "error": $("messages").append(notice("error", `${f.code}: ${f.message}`)); break;
   }
-  scrollDown();
+  if (follow) scrollDown();
 }
 
 function ensureLive() {
@@ -446,6 +448,9 @@ function runWorkflow(workflow, params) {
 }
 
 function scrollDown() { const m = $("messages"); m.scrollTop = m.scrollHeight; }
+
+/// Whether the transcript is scrolled to (within a line of) its end.
+function atBottom() { const m = $("messages"); return m.scrollHeight - m.scrollTop - m.clientHeight < 48; }
 
 $("composer").addEventListener("submit", send);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) send(e); });

@@ -629,3 +629,39 @@ async fn stop_ends_the_answer_and_each_chat_has_its_own_address() {
     b.close().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn scrolling_back_while_an_answer_streams_is_left_alone() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    // Enough earlier answers to scroll.
+    for i in 0..6 {
+        b.say(&format!("question {i}")).await;
+        b.wait("!window.weft.state.running").await;
+    }
+    let bottom = "(() => { const m = document.getElementById('messages'); return m.scrollHeight - m.scrollTop - m.clientHeight < 48; })()";
+    assert_eq!(b.js(bottom).await, json!(true), "a new answer is followed");
+    // Each answer streams "Hello " then, 400 ms later, "there!".
+    b.say("question 6").await;
+    b.wait(&format!("{ANSWER} === 'Hello '")).await;
+    // The reader scrolls back: what streams next does not pull them down.
+    b.js("(document.getElementById('messages').scrollTop = 0, true)")
+        .await;
+    b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
+    b.wait("!window.weft.state.running").await;
+    assert_eq!(
+        b.js("document.getElementById('messages').scrollTop").await,
+        json!(0)
+    );
+    // Back at the bottom, the next answer is followed again.
+    b.js("(document.getElementById('messages').scrollTop = 1e9, true)")
+        .await;
+    b.say("slow again").await;
+    b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
+    b.wait("!window.weft.state.running").await;
+    assert_eq!(b.js(bottom).await, json!(true));
+    b.close().await;
+    server.stop().await;
+}
