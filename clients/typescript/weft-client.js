@@ -77,8 +77,7 @@ export class WeftClient {
     this.closed = true;
     this.ws?.close(1000);
     this.setState("closed");
-    for (const turn of this.turns.values()) turn.fail(new WeftError("connection_closed", "the client was closed"));
-    this.turns.clear();
+    this.failAll(new WeftError("connection_closed", "the client was closed"));
   }
 
   /** Lose the connection as a network would (it reconnects and resumes); for tests and stuck sockets. */
@@ -188,6 +187,7 @@ export class WeftClient {
       this.setState("open");
       this.resumeAll();
       for (const body of this.queue.splice(0)) ws.send(body);
+      for (const turn of this.turns.values()) turn.sent = true;
       resolve?.();
     };
     ws.onmessage = (event) => this.receive(event.data);
@@ -199,8 +199,7 @@ export class WeftClient {
         this.opened = null;
         this.setState("idle");
         reject(new WeftError("connection_failed", `cannot connect to ${this.url.replace(/api_key=[^&]*/, "api_key=…")}`));
-        for (const turn of this.turns.values()) turn.fail(new WeftError("connection_failed", "cannot connect"));
-        this.turns.clear();
+        this.failAll(new WeftError("connection_failed", "cannot connect"));
         return;
       }
       if (this.closed) return;
@@ -218,13 +217,23 @@ export class WeftClient {
 
   /** The connection went: a turn whose message may or may not have reached the server is refused. */
   lostConnection() {
-    for (const [threadId, turn] of this.turns) {
+    for (const turn of [...this.turns.values()]) {
       if (turn.sent && !turn.started) {
         turn.fail(new WeftError("connection_lost",
           "the connection closed before the turn started: it may or may not have started (resume the thread to see)"));
-        this.turns.delete(threadId);
       }
     }
+  }
+
+  /** End every followed turn with `error`. */
+  failAll(error) {
+    for (const turn of [...this.turns.values()]) turn.fail(error);
+  }
+
+  /** A turn that has ended is no longer followed. */
+  forget(turn) {
+    if (this.turns.get(turn.threadId) === turn) this.turns.delete(turn.threadId);
+    this.requests.delete(turn.requestId);
   }
 
   /** After (re)connecting: every followed turn goes on from the last frame seen of its thread. */
@@ -251,12 +260,7 @@ export class WeftClient {
     }
     for (const listener of this.frameListeners) listener(frame);
     const turn = threadId ? this.turns.get(threadId) : this.requests.get(frame.request_id);
-    if (!turn) return;
-    turn.receive(frame);
-    if (turn.finished) {
-      this.turns.delete(turn.threadId);
-      this.requests.delete(turn.requestId);
-    }
+    turn?.receive(frame);
   }
 }
 
@@ -301,6 +305,7 @@ export class Turn {
 
   end() {
     this.finished = true;
+    this.client.forget(this);
     if (this.stored && (!this.error || this.stored.status !== "running")) this.settle.resolve(this.stored);
     else this.settle.reject(this.error ?? new WeftError("internal", "the turn ended without its message"));
     this.push(null);
@@ -309,6 +314,7 @@ export class Turn {
   fail(error) {
     if (this.finished) return;
     this.finished = true;
+    this.client.forget(this);
     this.error = error;
     this.settle.reject(error);
     this.push(null);

@@ -97,6 +97,7 @@ class Turn:
 
     def _end(self) -> None:
         self.finished = True
+        self.client._forget(self)
         if self.stored and (self.error is None or self.stored.get("status") != "running"):
             self._message.set_result(self.stored)
         else:
@@ -109,6 +110,7 @@ class Turn:
         if self.finished:
             return
         self.finished = True
+        self.client._forget(self)
         self.error = error
         self._message.set_exception(error)
         self._message.exception()
@@ -272,11 +274,10 @@ class WeftClient:
 
     def _lost_connection(self) -> None:
         """A turn whose message may or may not have reached the server is refused."""
-        for thread_id, turn in list(self.turns.items()):
+        for turn in list(self.turns.values()):
             if turn.sent and not turn.started:
                 turn._fail(WeftError("connection_lost", "the connection closed before the turn "
                                      "started: it may or may not have started (resume the thread)"))
-                del self.turns[thread_id]
 
     async def _resume_all(self) -> None:
         for thread_id, turn in list(self.turns.items()):
@@ -302,14 +303,15 @@ class WeftClient:
                 return
             self.last_seq[thread_id] = seq
         turn = self.turns.get(thread_id) if thread_id else self._requests.get(frame.get("request_id"))
-        if turn is None:
-            return
-        turn._receive(frame)
-        if turn.finished:
-            self.turns.pop(turn.thread_id, None)
-            self._requests.pop(turn.request_id, None)
+        if turn is not None:
+            turn._receive(frame)
+
+    def _forget(self, turn: Turn) -> None:
+        """A turn that has ended is no longer followed."""
+        if self.turns.get(turn.thread_id) is turn:
+            del self.turns[turn.thread_id]
+        self._requests.pop(turn.request_id, None)
 
     def _fail_all(self, error: WeftError) -> None:
-        for turn in self.turns.values():
+        for turn in list(self.turns.values()):
             turn._fail(error)
-        self.turns.clear()

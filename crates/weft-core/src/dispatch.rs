@@ -298,12 +298,7 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
     let result = execute_call(turn, level, planned)
         .instrument(span.clone())
         .await;
-    telemetry::tool_call_ended(
-        &span,
-        &telemetry::word(&result.metadata.status),
-        &telemetry::word(&result.metadata.approval_status),
-        &result.content,
-    );
+    telemetry::tool_call_ended(&span, &result.metadata, &result.content);
     result
 }
 

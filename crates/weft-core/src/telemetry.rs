@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::field::Empty;
 use tracing::Span;
+use weft_protocol::{ToolResultMetadata, ToolResultStatus};
 
 /// The `tracing` target of every GenAI span.
 pub const TARGET: &str = "gen_ai";
@@ -76,6 +77,9 @@ pub fn model_call_ended(
     tool_calls: u32,
     error: Option<&str>,
 ) {
+    if span.is_disabled() {
+        return;
+    }
     span.record("gen_ai.usage.input_tokens", input_tokens);
     span.record("gen_ai.usage.output_tokens", output_tokens);
     let finish = match (error, tool_calls) {
@@ -122,21 +126,16 @@ pub fn tool_call_span(name: &str, call_id: &str, arguments: &str) -> Span {
 
 /// A tool call's end: its outcome (`success`, `error`, `rejected`, `timed_out`), its
 /// approval (`not_required`, `approved`, …), its result when content is captured.
-pub fn tool_call_ended(span: &Span, outcome: &str, approval: &str, result: &str) {
-    span.record("weft.tool.outcome", outcome);
-    span.record("weft.approval.status", approval);
-    if outcome != "success" {
+pub fn tool_call_ended(span: &Span, metadata: &ToolResultMetadata, result: &str) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("weft.tool.outcome", metadata.status.as_str());
+    span.record("weft.approval.status", metadata.approval_status.as_str());
+    if metadata.status != ToolResultStatus::Success {
         span.record("otel.status_code", "error");
     }
     if capture_content() {
         span.record("gen_ai.tool.call.result", result);
-    }
-}
-
-/// An enum's wire word (`success`, `not_required`, …).
-pub fn word<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(word)) => word,
-        _ => String::new(),
     }
 }

@@ -23,6 +23,29 @@ pub enum ApprovalStatus {
     Expired,
 }
 
+impl ToolResultStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolResultStatus::Success => "success",
+            ToolResultStatus::Error => "error",
+            ToolResultStatus::Rejected => "rejected",
+            ToolResultStatus::TimedOut => "timed_out",
+        }
+    }
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::NotRequired => "not_required",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::TimedOut => "timed_out",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolResultMetadata {
     pub status: ToolResultStatus,
