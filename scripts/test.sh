@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # nats-server for the replica tests (each starts its own on a free port), and what native
 # crates link against; installed from Debian's packages when missing.
 missing=()
-for pair in chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver pkg-config:/usr/bin/pkg-config espeak-ng:/usr/bin/espeak-ng nats-server:/usr/sbin/nats-server; do
+for pair in curl:/usr/bin/curl chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver pkg-config:/usr/bin/pkg-config espeak-ng:/usr/bin/espeak-ng nats-server:/usr/sbin/nats-server; do
   [ -e "${pair#*:}" ] || missing+=("${pair%%:*}")
 done
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
@@ -63,6 +63,10 @@ py=target/py-clients
 [ -x "$py/bin/python" ] || python3 -m venv "$py"
 "$py/bin/pip" install --quiet --disable-pip-version-check -e 'clients/python[test]'
 (cd clients/python && WEFT_BIN="$PWD/../../target/debug/weft" "../../$py/bin/python" -m pytest -q -p no:cacheprovider)
+
+# Schemathesis (PyPI) over every REST operation of the OpenAPI document, against a real
+# `weft serve` with an API key: no 5xx, responses as documented, auth enforced.
+./scripts/schemathesis.sh 30
 
 # A short fuzzing pass over frame decoding and argument handling (scripts/fuzz.sh runs longer).
 ./scripts/fuzz.sh 100000

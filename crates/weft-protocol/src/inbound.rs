@@ -35,6 +35,9 @@ pub struct InboundError {
 /// The longest identifier (thread, request, workflow, agent, collection) the server takes.
 pub const IDENTIFIER_MAX_CHARS: usize = 128;
 
+/// [`is_identifier`] as a JSON Schema pattern (for the OpenAPI document).
+pub const IDENTIFIER_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
+
 /// The most bytes of a client's input an error message repeats.
 pub const ECHO_MAX_BYTES: usize = 200;
 

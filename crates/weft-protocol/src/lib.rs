@@ -26,10 +26,10 @@ pub use event::{
 };
 pub use inbound::{
     check_identifiers_of, clip, decode_inbound, echo, is_identifier, is_user_name, InboundError,
-    InboundFrame, ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS,
+    InboundFrame, ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS, IDENTIFIER_PATTERN,
 };
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};
-pub use record::{RecordEntry, RecordedCall, INTERRUPTED_RESULT};
+pub use record::{RecordEntry, RecordItem, RecordedCall, INTERRUPTED_RESULT};
 pub use tree::{preview, ExecutionTreeNode, ExecutionTreeSnapshot, PREVIEW_MAX_CHARS};
 pub use types::{
     ChatContext, ContentPart, MessageContent, PermissionMode, PolicyClass, ToolCategory,

@@ -59,5 +59,20 @@ pub enum RecordEntry {
     },
 }
 
+/// One entry of a thread's whole record (`GET /threads/{id}/items`): its id, the turn it
+/// belongs to (the assistant message; absent on user messages), when it was recorded, and the
+/// entry itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RecordItem {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// The entry (its own `id` left out: the item's is the one).
+    #[serde(flatten)]
+    pub entry: RecordEntry,
+}
+
 /// The result given to a call a stopped server never answered.
 pub const INTERRUPTED_RESULT: &str = "interrupted";

@@ -86,13 +86,32 @@ impl From<Refusal> for ApiError {
     }
 }
 
+/// The body of every REST error.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: a stable code, a message for people, and for some errors more (the
+/// `field` at fault; a graph's `node`, `port` and `errors`).
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = Map::new();
-        error.insert("code".into(), json!(self.code));
-        error.insert("message".into(), json!(self.message));
-        error.extend(self.extra);
-        (self.status, Json(json!({ "error": error }))).into_response()
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                extra: self.extra,
+            },
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 

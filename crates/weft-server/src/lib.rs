@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 
@@ -27,52 +27,18 @@ pub use state::ServerState;
 pub use weft_runtime::config::{self, Config};
 pub use weft_runtime::{Providers, Runtime};
 
-use rest::{agents, assets, collections, health, prompts, threads, workflows};
-
+/// Every route: the REST API (described at `GET /openapi.json`), `/ws`, the web client.
 pub fn router(state: Arc<ServerState>) -> Router {
     let max_request_bytes = state.runtime.config.server.max_request_bytes;
-    Router::new()
-        .route("/ws", get(connection::ws_handler))
-        .route("/threads", get(threads::list))
-        .route("/threads/{id}", delete(threads::delete))
-        .route("/threads/{id}/messages", get(threads::messages))
-        .route("/threads/{id}/items", get(threads::items))
+    aide::generate::on_error(|error| tracing::warn!(%error, "the OpenAPI document is incomplete"));
+    let mut api = aide::openapi::OpenApi::default();
+    let rest = rest::openapi::describe(rest::routes(), &mut api);
+    let document = Arc::new(api);
+    rest.route("/ws", get(connection::ws_handler))
         .route(
-            "/threads/{id}/messages/{message_id}/trace",
-            get(threads::trace),
+            "/openapi.json",
+            get(move || async move { axum::Json(document) }),
         )
-        .route("/agents", get(agents::list).post(agents::create))
-        .route(
-            "/agents/{name}",
-            get(agents::get).put(agents::replace).delete(agents::delete),
-        )
-        .route("/assets/{id}", get(assets::serve))
-        .route("/modes", get(health::modes))
-        .route(
-            "/collections",
-            get(collections::list).post(collections::create),
-        )
-        .route("/collections/{name}", delete(collections::delete))
-        .route(
-            "/collections/{name}/documents",
-            get(collections::documents).post(collections::add_document),
-        )
-        .route("/node-types", get(workflows::node_types))
-        .route("/workflows", get(workflows::list).post(workflows::create))
-        .route(
-            "/workflows/{id}",
-            get(workflows::get)
-                .put(workflows::replace)
-                .delete(workflows::delete),
-        )
-        .route("/workflows/{id}/runs", post(workflows::run))
-        .route("/prompt", post(prompts::create))
-        .route("/prompts/{id}", get(prompts::get))
-        .route("/prompts/{id}/events", get(prompts::events))
-        .route("/prompts/{id}/approve", post(prompts::approve))
-        .route("/prompts/{id}/reject", post(prompts::reject))
-        .route("/healthz", get(health::healthz))
-        .route("/metrics", get(health::metrics))
         .merge(web::routes())
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .with_state(state)

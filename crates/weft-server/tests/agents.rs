@@ -106,6 +106,15 @@ async fn agents_round_trip_through_rest_and_invalid_ones_get_422_naming_the_fiel
         server.get("/agents/ops-supervisor", ALICE).await.1["temperature"],
         0.7
     );
+    // A body naming another agent, or naming it with something not a name, is refused.
+    for name in [json!("other"), json!({}), json!(null)] {
+        let mut renamed = example.clone();
+        renamed["name"] = name;
+        let (status, body) = server
+            .call(Method::PUT, "/agents/ops-supervisor", ALICE, Some(renamed))
+            .await;
+        assert_eq!((status, &body["error"]["field"]), (422, &json!("name")));
+    }
 
     let invalid = [
         (

@@ -47,10 +47,10 @@ impl BuildWorkflow {
             let _ = writeln!(
                 prompt,
                 "- {}: {} inputs {} outputs {}",
-                entry["type"].as_str().unwrap_or_default(),
-                entry["description"].as_str().unwrap_or_default(),
-                ports(&entry["inputs"]),
-                ports(&entry["outputs"]),
+                entry.node_type,
+                entry.description,
+                ports(&entry.inputs),
+                ports(&entry.outputs),
             );
         }
         prompt
@@ -162,7 +162,7 @@ fn graph_schema(registry: &NodeRegistry) -> Value {
     let types: Vec<Value> = registry
         .catalogue(None)
         .into_iter()
-        .map(|t| t["type"].clone())
+        .map(|t| Value::String(t.node_type))
         .collect();
     let text = json!({"type": "string"});
     json!({

@@ -22,7 +22,7 @@ pub use editor_prompt::editor_prompt;
 pub use executor::execute;
 pub use graph::{Edge, Graph, Node};
 pub use node::{NodeContext, NodeType, Ports, Subgraphs};
-pub use registry::NodeRegistry;
+pub use registry::{CatalogueEntry, NodeRegistry};
 pub use run::{Job, NodeRun, NodeStatus, RunBudget, RunLimits, RunResult, RunStatus};
 pub use tools::{RunRecord, SavedWorkflow, WorkflowLibrary, Workflows};
 pub use validate::{validate, validate_within, GraphError, Plan};

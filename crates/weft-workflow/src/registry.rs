@@ -4,12 +4,27 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use weft_core::{prompts, Toolbelt};
 
 use crate::node::NodeType;
+use weft_protocol::{PolicyClass, ToolCategory};
 use crate::nodes;
 use crate::tool_node::ToolNode;
+
+/// A node type as the catalogue (`GET /node-types`, `list_node_types`) describes it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct CatalogueEntry {
+    #[serde(rename = "type")]
+    pub node_type: String,
+    pub description: String,
+    /// JSON Schema of the inputs: each property is an input port.
+    pub inputs: Value,
+    /// JSON Schema of the outputs: each property is an output port.
+    pub outputs: Value,
+    pub category: ToolCategory,
+    pub policy_class: PolicyClass,
+}
 
 /// Tools that are not nodes: they delegate, build or run workflows, or live in the client.
 pub const NOT_NODES: [&str; 6] = [
@@ -72,7 +87,7 @@ impl NodeRegistry {
 
     /// The catalogue (`GET /node-types`, `list_node_types`): every type whose name or
     /// description contains `query` (case-insensitive), or all.
-    pub fn catalogue(&self, query: Option<&str>) -> Vec<Value> {
+    pub fn catalogue(&self, query: Option<&str>) -> Vec<CatalogueEntry> {
         let query = query
             .map(str::to_lowercase)
             .filter(|q| !q.trim().is_empty());
@@ -84,15 +99,13 @@ impl NodeRegistry {
                         || t.description().to_lowercase().contains(q.as_str())
                 })
             })
-            .map(|t| {
-                json!({
-                    "type": t.type_name(),
-                    "description": t.description(),
-                    "inputs": t.inputs(),
-                    "outputs": t.outputs(),
-                    "category": t.category(),
-                    "policy_class": t.policy_class(),
-                })
+            .map(|t| CatalogueEntry {
+                node_type: t.type_name().to_owned(),
+                description: t.description().to_owned(),
+                inputs: t.inputs(),
+                outputs: t.outputs(),
+                category: t.category(),
+                policy_class: t.policy_class(),
             })
             .collect()
     }

@@ -203,7 +203,8 @@ impl Tool for ListNodeTypes {
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let query = args.get("query").and_then(Value::as_str);
-        Ok(Value::Array(self.0.registry.catalogue(query)).to_string())
+        serde_json::to_string(&self.0.registry.catalogue(query))
+            .map_err(|e| ToolError::model(e.to_string()))
     }
 }
 

@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use weft_core::TreeBuilder;
-use weft_protocol::{ExecutionTreeSnapshot, MessageContent, RecordEntry};
+use weft_protocol::{ExecutionTreeSnapshot, MessageContent, RecordEntry, RecordItem};
 use weft_store::{ItemRow, MessageRow};
 
 use super::{entries, ItemKind};
@@ -14,7 +14,7 @@ use crate::persist::rfc3339;
 
 /// The whole root-level record of a thread, in order: each user message, then its turn's
 /// assistant messages and tool results.
-pub fn thread_record(messages: &[MessageRow], items: &[ItemRow]) -> Vec<Value> {
+pub fn thread_record(messages: &[MessageRow], items: &[ItemRow]) -> Vec<RecordItem> {
     let mut by_turn: HashMap<&str, Vec<&ItemRow>> = HashMap::new();
     for item in items {
         by_turn.entry(&item.message_id).or_default().push(item);
@@ -24,34 +24,51 @@ pub fn thread_record(messages: &[MessageRow], items: &[ItemRow]) -> Vec<Value> {
         if m.role == "user" {
             let content = serde_json::from_value::<MessageContent>(m.content.clone())
                 .unwrap_or_else(|_| MessageContent::Text(m.content.to_string()));
-            let entry = RecordEntry::User {
-                id: Some(m.id.clone()),
-                content,
-            };
-            let mut value = serde_json::to_value(entry).unwrap_or(Value::Null);
-            value["created_at"] = json!(rfc3339(m.created_at));
-            out.push(value);
+            out.push(RecordItem {
+                id: m.id.clone(),
+                message_id: None,
+                created_at: rfc3339(m.created_at),
+                entry: RecordEntry::User { id: None, content },
+            });
             continue;
         }
         for item in by_turn.remove(m.id.as_str()).unwrap_or_default() {
             let several = ItemKind::of(item) == Some(ItemKind::ToolResults);
             for (i, entry) in entries(item).into_iter().enumerate() {
-                let mut value = serde_json::to_value(entry).unwrap_or(Value::Null);
-                if let Some(obj) = value.as_object_mut() {
-                    let id = if several {
-                        format!("{}/{i}", item.id())
-                    } else {
-                        item.id()
-                    };
-                    obj.insert("id".into(), json!(id));
-                    obj.insert("message_id".into(), json!(m.id));
-                    obj.insert("created_at".into(), json!(rfc3339(item.created_at)));
-                }
-                out.push(value);
+                let id = if several {
+                    format!("{}/{i}", item.id())
+                } else {
+                    item.id()
+                };
+                out.push(RecordItem {
+                    id,
+                    message_id: Some(m.id.clone()),
+                    created_at: rfc3339(item.created_at),
+                    entry: without_id(entry),
+                });
             }
         }
     }
     out
+}
+
+/// An entry with its own id left out (a record item carries the id).
+fn without_id(entry: RecordEntry) -> RecordEntry {
+    match entry {
+        RecordEntry::User { content, .. } => RecordEntry::User { id: None, content },
+        RecordEntry::Assistant {
+            text,
+            tool_calls,
+            partial,
+            ..
+        } => RecordEntry::Assistant {
+            id: None,
+            text,
+            tool_calls,
+            partial,
+        },
+        other => other,
+    }
 }
 
 /// One turn's items (every depth, in record order) as a trace: root entries in order, each

@@ -6,21 +6,26 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::NoContent;
 use axum::Json;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_protocol::{is_identifier, AgentConfig, ErrorCode, DEFAULT_AGENT};
 use weft_runtime::agents::parse;
 
+use super::openapi::Created;
+use super::paths::AgentPath;
 use super::{ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
 
-fn config_json(config: &AgentConfig) -> Value {
-    serde_json::to_value(config).unwrap_or(Value::Null)
-}
+/// An agent's config as sent: read as JSON first, so a wrong field is a 422 naming it.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct AgentBody(#[schemars(with = "AgentConfig")] pub Value);
 
-fn stored(text: &str) -> Rest<Value> {
+fn stored(text: &str) -> Rest<AgentConfig> {
     serde_json::from_str(text).map_err(ApiError::internal)
 }
 
@@ -34,9 +39,12 @@ fn checked(state: &ServerState, body: &Value) -> Rest<AgentConfig> {
 }
 
 /// `GET /agents`: the default agent, then the caller's own.
-pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest<Response> {
+pub async fn list(
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
+) -> Rest<Json<Vec<AgentConfig>>> {
     let runtime = &state.runtime;
-    let mut out = vec![config_json(&runtime.agent)];
+    let mut out = vec![(*runtime.agent).clone()];
     for row in runtime
         .store
         .agents_of(&user.id)
@@ -45,15 +53,15 @@ pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest
     {
         out.push(stored(&row.config)?);
     }
-    Ok(Json(out).into_response())
+    Ok(Json(out))
 }
 
 /// `POST /agents`: create one (409 if the name is taken).
 pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
-    JsonBody(body): JsonBody<Value>,
-) -> Rest<Response> {
+    JsonBody(AgentBody(body)): JsonBody<AgentBody>,
+) -> Rest<Created<AgentConfig>> {
     let config = checked(&state, &body)?;
     if config.name == DEFAULT_AGENT {
         return Err(ApiError::invalid_field(
@@ -75,21 +83,21 @@ pub async fn create(
         )
         .status(StatusCode::CONFLICT));
     }
-    Ok((StatusCode::CREATED, Json(config_json(&config))).into_response())
+    Ok(Created(config))
 }
 
 /// `GET /agents/{name}`.
 pub async fn get(
     State(state): State<Arc<ServerState>>,
-    Path(name): Path<String>,
+    Path(AgentPath { name }): Path<AgentPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<AgentConfig>> {
     // A name that cannot be an agent's reads as a missing agent.
     if !is_identifier(&name) {
         return Err(no_such_agent());
     }
     if name == DEFAULT_AGENT {
-        return Ok(Json(config_json(&state.runtime.agent)).into_response());
+        return Ok(Json((*state.runtime.agent).clone()));
     }
     match state
         .runtime
@@ -98,7 +106,7 @@ pub async fn get(
         .await
         .map_err(ApiError::internal)?
     {
-        Some(row) => Ok(Json(stored(&row.config)?).into_response()),
+        Some(row) => Ok(Json(stored(&row.config)?)),
         None => Err(no_such_agent()),
     }
 }
@@ -106,10 +114,10 @@ pub async fn get(
 /// `PUT /agents/{name}`: replace one (its name is the path's).
 pub async fn replace(
     State(state): State<Arc<ServerState>>,
-    Path(name): Path<String>,
+    Path(AgentPath { name }): Path<AgentPath>,
     user: AuthUser,
-    JsonBody(mut body): JsonBody<Value>,
-) -> Rest<Response> {
+    JsonBody(AgentBody(mut body)): JsonBody<AgentBody>,
+) -> Rest<Json<AgentConfig>> {
     if !is_identifier(&name) {
         return Err(no_such_agent());
     }
@@ -120,15 +128,18 @@ pub async fn replace(
         ));
     }
     if let Some(obj) = body.as_object_mut() {
-        match obj.get("name").and_then(Value::as_str) {
-            Some(other) if other != name => {
+        // Left out, the path's; given, it must be the path's (a name that is not even a
+        // string included: schemathesis found one taken as the path's).
+        match obj.get("name") {
+            None => {
+                obj.insert("name".into(), json!(name));
+            }
+            Some(Value::String(given)) if *given == name => {}
+            Some(_) => {
                 return Err(ApiError::invalid_field(
                     "name",
                     "the name in the body differs from the path",
                 ))
-            }
-            _ => {
-                obj.insert("name".into(), json!(name));
             }
         }
     }
@@ -143,15 +154,15 @@ pub async fn replace(
     {
         return Err(no_such_agent());
     }
-    Ok(Json(config_json(&config)).into_response())
+    Ok(Json(config))
 }
 
 /// `DELETE /agents/{name}`.
 pub async fn delete(
     State(state): State<Arc<ServerState>>,
-    Path(name): Path<String>,
+    Path(AgentPath { name }): Path<AgentPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<NoContent> {
     let deleted = is_identifier(&name)
         && state
             .runtime
@@ -160,7 +171,7 @@ pub async fn delete(
             .await
             .map_err(ApiError::internal)?;
     if deleted {
-        Ok(StatusCode::NO_CONTENT.into_response())
+        Ok(NoContent)
     } else {
         Err(no_such_agent())
     }

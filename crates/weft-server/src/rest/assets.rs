@@ -3,20 +3,44 @@
 
 use std::sync::Arc;
 
+use aide::transform::TransformOperation;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use weft_protocol::ErrorCode;
 use weft_runtime::assets::AssetError;
 
+use super::openapi::add_response;
+use super::paths::IdPath;
 use super::{ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
 
+/// `GET /assets/{id}` as the OpenAPI document describes it.
+pub fn describe(operation: TransformOperation<'_>) -> TransformOperation<'_> {
+    operation
+        .id("getAsset")
+        .tag("assets")
+        .summary("An asset's bytes (ETag, one byte range)")
+        .with(|mut operation| {
+            let op = operation.inner_mut();
+            add_response(
+                op,
+                200,
+                "The bytes, of the asset's media type.",
+                Some("*/*"),
+            );
+            add_response(op, 206, "The range asked for.", Some("*/*"));
+            add_response(op, 304, "Unchanged since the ETag given.", None);
+            add_response(op, 416, "The range is outside the asset.", None);
+            operation
+        })
+}
+
 /// `GET /assets/{id}`: the bytes of one of the caller's assets (404 for anyone else's).
 pub async fn serve(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
     headers: HeaderMap,
 ) -> Rest<Response> {

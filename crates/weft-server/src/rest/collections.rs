@@ -7,16 +7,18 @@ use super::JsonBody;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::NoContent;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use weft_protocol::ErrorCode;
 use weft_runtime::knowledge::{Body, Format};
 use weft_runtime::persist::rfc3339;
 use weft_store::{CollectionRow, DocumentRow};
 
+use super::openapi::Created;
+use super::paths::CollectionPath;
 use super::{ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
@@ -26,8 +28,11 @@ const MAX_NAME: usize = 64;
 /// Largest document text accepted (bytes).
 const MAX_TEXT: usize = 5 * 1024 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// A collection to create.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct NewCollection {
+    /// 1–64 letters, digits, `-`, `_`, `.`, not starting with `_`.
+    #[schemars(pattern(super::paths::COLLECTION_NAME_PATTERN))]
     name: String,
     #[serde(default)]
     description: String,
@@ -35,31 +40,71 @@ pub struct NewCollection {
     shared: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// A document to add: `text` (with its `format`) or a `url` to fetch.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct NewDocumentBody {
+    /// Required with `text`; a URL's title defaults to the URL.
     #[serde(default)]
     title: String,
+    /// At most 5 MiB.
     text: Option<String>,
+    /// Fetched through the SSRF guard.
     url: Option<String>,
     #[serde(default)]
     format: Format,
+    /// An object kept with the document.
     #[serde(default)]
     metadata: Option<Value>,
 }
 
-fn collection_json(c: &CollectionRow) -> Value {
-    json!({
-        "id": c.id, "name": c.name, "description": c.description, "owner": c.owner,
-        "shared": c.shared, "created_at": rfc3339(c.created_at),
-    })
+/// A knowledge collection.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Collection {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    /// Its owner's user id.
+    pub owner: String,
+    /// Listed and searchable by everyone.
+    pub shared: bool,
+    /// RFC 3339.
+    pub created_at: String,
 }
 
-fn document_json(d: &DocumentRow) -> Value {
-    json!({
-        "id": d.id, "title": d.title, "source": d.source,
-        "metadata": serde_json::from_str::<Value>(&d.metadata).unwrap_or(Value::Null),
-        "chunks": d.chunks, "created_at": rfc3339(d.created_at),
-    })
+/// A document of a collection.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Document {
+    pub id: String,
+    pub title: String,
+    /// Where it came from (a URL), or empty.
+    pub source: String,
+    pub metadata: Map<String, Value>,
+    /// How many chunks it was split into.
+    pub chunks: i64,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+fn collection_json(c: &CollectionRow) -> Collection {
+    Collection {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        description: c.description.clone(),
+        owner: c.owner.clone(),
+        shared: c.shared,
+        created_at: rfc3339(c.created_at),
+    }
+}
+
+fn document_json(d: &DocumentRow) -> Document {
+    Document {
+        id: d.id.clone(),
+        title: d.title.clone(),
+        source: d.source.clone(),
+        metadata: serde_json::from_str(&d.metadata).unwrap_or_default(),
+        chunks: d.chunks,
+        created_at: rfc3339(d.created_at),
+    }
 }
 
 fn invalid(message: &str) -> ApiError {
@@ -85,7 +130,7 @@ pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
     JsonBody(body): JsonBody<NewCollection>,
-) -> Rest<Response> {
+) -> Rest<Created<Collection>> {
     if !valid_name(&body.name) {
         return Err(invalid(
             "name: 1 to 64 letters, digits, '-', '_' or '.', not starting with '_'",
@@ -97,30 +142,32 @@ pub async fn create(
         .create_collection(&user.id, &body.name, &body.description, body.shared)
         .await
         .map_err(ApiError::internal)?;
-    Ok(match created {
-        Some(row) => (StatusCode::CREATED, Json(collection_json(&row))).into_response(),
-        None => ApiError::new(
+    match created {
+        Some(row) => Ok(Created(collection_json(&row))),
+        None => Err(ApiError::new(
             ErrorCode::CollectionExists,
             "you already have a collection of that name",
-        )
-        .into_response(),
-    })
+        )),
+    }
 }
 
 /// `GET /collections`: the caller's, then shared ones.
-pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest<Response> {
+pub async fn list(
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
+) -> Rest<Json<Vec<Collection>>> {
     let rows = state
         .runtime
         .store
         .visible_collections(&user.id)
         .await
         .map_err(ApiError::internal)?;
-    let list: Vec<Value> = rows
+    let list = rows
         .iter()
         .filter(|c| !c.name.starts_with('_'))
         .map(collection_json)
         .collect();
-    Ok(Json(list).into_response())
+    Ok(Json(list))
 }
 
 async fn own(state: &ServerState, owner: &str, name: &str) -> Rest<CollectionRow> {
@@ -140,9 +187,9 @@ async fn own(state: &ServerState, owner: &str, name: &str) -> Rest<CollectionRow
 /// `DELETE /collections/{name}`.
 pub async fn delete(
     State(state): State<Arc<ServerState>>,
-    Path(name): Path<String>,
+    Path(CollectionPath { name }): Path<CollectionPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<NoContent> {
     own(&state, &user.id, &name).await?;
     state
         .runtime
@@ -150,16 +197,16 @@ pub async fn delete(
         .delete_collection(&user.id, &name)
         .await
         .map_err(ApiError::internal)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(NoContent)
 }
 
 /// `POST /collections/{name}/documents`: `text` (with `format`) or `url`.
 pub async fn add_document(
     State(state): State<Arc<ServerState>>,
-    Path(name): Path<String>,
+    Path(CollectionPath { name }): Path<CollectionPath>,
     user: AuthUser,
     JsonBody(body): JsonBody<NewDocumentBody>,
-) -> Rest<Response> {
+) -> Rest<Created<Document>> {
     let collection = own(&state, &user.id, &name).await?;
     let doc_body = match (body.text, body.url) {
         (Some(text), None) if text.len() > MAX_TEXT => {
@@ -188,7 +235,7 @@ pub async fn add_document(
         .ingest(&collection, &title, doc_body, &metadata)
         .await
     {
-        Ok(row) => Ok((StatusCode::CREATED, Json(document_json(&row))).into_response()),
+        Ok(row) => Ok(Created(document_json(&row))),
         Err(message) => Err(ApiError::new(ErrorCode::DocumentRejected, message)),
     }
 }
@@ -196,9 +243,9 @@ pub async fn add_document(
 /// `GET /collections/{name}/documents` (the caller's collection, or a shared one).
 pub async fn documents(
     State(state): State<Arc<ServerState>>,
-    Path(name): Path<String>,
+    Path(CollectionPath { name }): Path<CollectionPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<Vec<Document>>> {
     if !valid_name(&name) {
         return Err(not_found());
     }
@@ -216,6 +263,5 @@ pub async fn documents(
         .documents(&collection.id)
         .await
         .map_err(ApiError::internal)?;
-    let list: Vec<Value> = rows.iter().map(document_json).collect();
-    Ok(Json(list).into_response())
+    Ok(Json(rows.iter().map(document_json).collect()))
 }

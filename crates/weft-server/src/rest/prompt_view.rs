@@ -1,10 +1,12 @@
-//! A turn read back as the prompt API's prompt object: its id (the assistant message's), the
+//! A turn read back as the prompt API's prompt object (and that object's types): its id (the assistant message's), the
 //! conversation (thread), mode, state, the tool calls it made with their results (pending
 //! while unanswered), its text, and usage.
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 use weft_protocol::{MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
@@ -12,14 +14,84 @@ use weft_runtime::persist::rfc3339;
 use weft_runtime::record::entries;
 use weft_runtime::record::views::root_text;
 
-/// The prompt object of the turn whose assistant message is `message`; `input` is the user
-/// message that started it, `items` its record, `waiting` whether it waits on an approval.
+/// A prompt: one turn as the prompt API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Prompt {
+    /// The turn's assistant message.
+    pub id: String,
+    /// Its thread.
+    pub conversation_id: String,
+    /// The execution mode (`classic`, `code`, …).
+    pub mode: String,
+    pub state: PromptState,
+    /// The stored message's status (`running`, `completed`, `failed`, `cancelled`, …).
+    pub status: String,
+    /// The user message that started it.
+    pub input: Option<String>,
+    /// Its tool calls (every depth, in order, each with its result), then its text.
+    pub output: Vec<PromptOutput>,
+    pub usage: Usage,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// Where a prompt stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptState {
+    Running,
+    WaitingForApproval,
+    Completed,
+    Failed,
+}
+
+/// One piece of a prompt's output.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PromptOutput {
+    Tool {
+        /// The call's id (what `approve` and `reject` take).
+        id: String,
+        function: String,
+        /// Its arguments (their raw text when they are not JSON).
+        input: Value,
+        result: CallOutcome,
+    },
+    Text {
+        content: String,
+    },
+}
+
+/// A tool call's result.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// Not answered yet (running, or waiting for an approval).
+    Pending,
+    Success {
+        output: String,
+    },
+    Error {
+        error: String,
+    },
+}
+
+/// Tokens and cost.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Usage {
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+}
+
+/// The prompt of the turn whose assistant message is `message`; `input` is the user message
+/// that started it, `items` its record, `waiting` whether it waits on an approval.
 pub fn prompt_json(
     message: &MessageRow,
     input: Option<&MessageRow>,
     items: &[ItemRow],
     waiting: bool,
-) -> Value {
+) -> Prompt {
     let metadata: Value = message
         .metadata
         .as_deref()
@@ -27,10 +99,10 @@ pub fn prompt_json(
         .unwrap_or(Value::Null);
     let mode = metadata["mode"].as_str().unwrap_or("classic");
     let state = match message.status.as_str() {
-        "completed" => "completed",
-        "running" if waiting => "waiting_for_approval",
-        "running" => "running",
-        _ => "failed",
+        "completed" => PromptState::Completed,
+        "running" if waiting => PromptState::WaitingForApproval,
+        "running" => PromptState::Running,
+        _ => PromptState::Failed,
     };
     let mut output = tools(items);
     let text = if message.status == "running" {
@@ -44,28 +116,28 @@ pub fn prompt_json(
         text_of(&message.content)
     };
     if !text.is_empty() {
-        output.push(json!({"type": "text", "content": text}));
+        output.push(PromptOutput::Text { content: text });
     }
-    json!({
-        "id": message.id,
-        "conversation_id": message.thread_id,
-        "mode": mode,
-        "state": state,
-        "status": message.status,
-        "input": input.map(|m| text_of(&m.content)),
-        "output": output,
-        "usage": {
-            "input_tokens": message.input_tokens,
-            "output_tokens": message.output_tokens,
-            "cost_usd": message.cost_usd,
+    Prompt {
+        id: message.id.clone(),
+        conversation_id: message.thread_id.clone(),
+        mode: mode.to_owned(),
+        state,
+        status: message.status.clone(),
+        input: input.map(|m| text_of(&m.content)),
+        output,
+        usage: Usage {
+            input_tokens: message.input_tokens,
+            output_tokens: message.output_tokens,
+            cost_usd: message.cost_usd,
         },
-        "created_at": rfc3339(message.created_at),
-    })
+        created_at: rfc3339(message.created_at),
+    }
 }
 
 /// Every tool call of the turn, every depth, in record order, each with its result.
-fn tools(items: &[ItemRow]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
+fn tools(items: &[ItemRow]) -> Vec<PromptOutput> {
+    let mut out: Vec<PromptOutput> = Vec::new();
     let mut at: HashMap<String, usize> = HashMap::new();
     for entry in items.iter().flat_map(entries) {
         match entry {
@@ -74,13 +146,12 @@ fn tools(items: &[ItemRow]) -> Vec<Value> {
                     let input = serde_json::from_str::<Value>(&call.arguments)
                         .unwrap_or(Value::String(call.arguments));
                     at.insert(call.id.clone(), out.len());
-                    out.push(json!({
-                        "type": "tool",
-                        "id": call.id,
-                        "function": call.name,
-                        "input": input,
-                        "result": {"type": "pending"},
-                    }));
+                    out.push(PromptOutput::Tool {
+                        id: call.id,
+                        function: call.name,
+                        input,
+                        result: CallOutcome::Pending,
+                    });
                 }
             }
             RecordEntry::ToolResult {
@@ -89,11 +160,13 @@ fn tools(items: &[ItemRow]) -> Vec<Value> {
                 is_error,
                 ..
             } => {
-                if let Some(&i) = at.get(&tool_call_id) {
-                    out[i]["result"] = if is_error {
-                        json!({"type": "error", "error": result})
+                if let Some(PromptOutput::Tool { result: slot, .. }) =
+                    at.get(&tool_call_id).and_then(|&i| out.get_mut(i))
+                {
+                    *slot = if is_error {
+                        CallOutcome::Error { error: result }
                     } else {
-                        json!({"type": "success", "output": result})
+                        CallOutcome::Success { output: result }
                     };
                 }
             }

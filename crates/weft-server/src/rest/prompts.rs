@@ -10,11 +10,13 @@ use super::JsonBody;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use aide::transform::TransformOperation;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::Stream;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
@@ -23,23 +25,34 @@ use weft_runtime::persist::to_wire;
 use weft_runtime::{ChannelSink, FrameSink, Outgoing, Route, Runtime, SharedFrame, TurnRequest};
 use weft_store::MessageRow;
 
-use super::prompt_view::prompt_json;
+use super::openapi::add_response;
+use super::paths::IdPath;
+use super::prompt_view::{prompt_json, Prompt};
 use super::{ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
 
-#[derive(Debug, Deserialize)]
+/// A prompt to run: a turn of a new thread, or of `conversation_id`.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct PromptRequest {
+    /// The user's message.
     pub input: String,
+    /// The execution mode (`GET /modes`).
     pub mode: Option<String>,
+    /// A stored agent's name.
+    #[schemars(pattern(weft_protocol::IDENTIFIER_PATTERN))]
     pub agent: Option<String>,
+    /// A thread of yours to continue (a new one is made under an id not yet used).
+    #[schemars(pattern(weft_protocol::IDENTIFIER_PATTERN))]
     pub conversation_id: Option<String>,
     pub permission_mode: Option<PermissionMode>,
     /// `model`, or `provider:model`.
+    #[schemars(length(min = 1, max = 256))]
     pub model: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The call to answer.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct DecisionRequest {
     pub tool_call_id: String,
     /// Why: with a rejection, the model reads it in the call's result.
@@ -122,7 +135,7 @@ pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
     JsonBody(body): JsonBody<PromptRequest>,
-) -> Rest<Response> {
+) -> Rest<Json<Prompt>> {
     let request = body.into_turn()?;
     let runtime = &state.runtime;
     let (sink, mut frames) = waiter(runtime);
@@ -135,9 +148,9 @@ pub async fn create(
 /// `GET /prompts/{id}`.
 pub async fn get(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<Prompt>> {
     let message = owned_prompt(&state.runtime, &user, &id).await?;
     answer(&state.runtime, &message.thread_id, &message.id).await
 }
@@ -145,30 +158,30 @@ pub async fn get(
 /// `POST /prompts/{id}/approve`.
 pub async fn approve(
     state: State<Arc<ServerState>>,
-    id: Path<String>,
+    id: Path<IdPath>,
     user: AuthUser,
     body: JsonBody<DecisionRequest>,
-) -> Rest<Response> {
+) -> Rest<Json<Prompt>> {
     decide(state, id, user, body, ApprovalDecision::Allow).await
 }
 
 /// `POST /prompts/{id}/reject`.
 pub async fn reject(
     state: State<Arc<ServerState>>,
-    id: Path<String>,
+    id: Path<IdPath>,
     user: AuthUser,
     body: JsonBody<DecisionRequest>,
-) -> Rest<Response> {
+) -> Rest<Json<Prompt>> {
     decide(state, id, user, body, ApprovalDecision::Deny).await
 }
 
 async fn decide(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
     JsonBody(body): JsonBody<DecisionRequest>,
     decision: ApprovalDecision,
-) -> Rest<Response> {
+) -> Rest<Json<Prompt>> {
     let runtime = &state.runtime;
     let message = owned_prompt(runtime, &user, &id).await?;
     let thread = runtime.owned_thread(&user.id, &message.thread_id).await?;
@@ -220,11 +233,28 @@ async fn moved_on(runtime: &Runtime, thread_id: &str, message_id: &str, answered
     }
 }
 
+/// `GET /prompts/{id}/events` as the OpenAPI document describes it.
+pub fn describe_events(operation: TransformOperation<'_>) -> TransformOperation<'_> {
+    operation
+        .id("promptEvents")
+        .tag("prompts")
+        .summary("Its frames as Server-Sent Events, until it ends")
+        .with(|mut operation| {
+            add_response(
+                operation.inner_mut(),
+                200,
+                "Each event's data is a server frame (docs/schema/server_frame.json).",
+                Some("text/event-stream"),
+            );
+            operation
+        })
+}
+
 /// `GET /prompts/{id}/events`: the turn's frames so far, then live, until it ends (a
 /// finished prompt: its stored message and the final chunk).
 pub async fn events(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
 ) -> Rest<Response> {
     let runtime = &state.runtime;
@@ -319,7 +349,7 @@ async fn owned_prompt(runtime: &Runtime, user: &AuthUser, id: &str) -> Rest<Mess
 }
 
 /// The prompt as stored once everything shown so far is committed.
-async fn answer(runtime: &Runtime, thread_id: &str, message_id: &str) -> Rest<Response> {
+async fn answer(runtime: &Runtime, thread_id: &str, message_id: &str) -> Rest<Json<Prompt>> {
     let live = runtime
         .hub
         .get(thread_id)
@@ -357,5 +387,5 @@ async fn answer(runtime: &Runtime, thread_id: &str, message_id: &str) -> Rest<Re
         .turn_items(thread_id, message_id)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(prompt_json(&message, input, &items, waiting)).into_response())
+    Ok(Json(prompt_json(&message, input, &items, waiting)))
 }

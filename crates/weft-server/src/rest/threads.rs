@@ -4,20 +4,50 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::NoContent;
 use axum::Json;
-use serde_json::json;
-use weft_protocol::ErrorCode;
+use schemars::JsonSchema;
+use serde::Serialize;
+use weft_protocol::{ErrorCode, PermissionMode, RecordEntry, RecordItem, StoredMessage};
 use weft_runtime::persist::{rfc3339, to_wire};
 use weft_runtime::record::views::{thread_record, turn_trace};
 
+use super::paths::{MessagePath, ThreadPath};
 use super::{identifier, ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
 
+/// A thread as `GET /threads` lists it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ThreadSummary {
+    pub id: String,
+    pub title: String,
+    pub permission_mode: PermissionMode,
+    /// The agent its turns run (`default`: the server's own).
+    pub agent: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    /// Whether a turn of it is running (on this replica).
+    pub active: bool,
+}
+
+/// One turn's trace.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Trace {
+    pub message_id: String,
+    /// The message's status (`running`, `completed`, …).
+    pub status: String,
+    /// Root entries in order, each subtask's under the call that ran it.
+    pub trace: Vec<RecordEntry>,
+}
+
 /// `GET /threads`.
-pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest<Response> {
+pub async fn list(
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
+) -> Rest<Json<Vec<ThreadSummary>>> {
     let runtime = &state.runtime;
     let threads = runtime
         .store
@@ -26,27 +56,29 @@ pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest
         .map_err(ApiError::internal)?;
     let body: Vec<_> = threads
         .iter()
-        .map(|t| {
-            json!({
-                "id": t.id,
-                "title": t.title,
-                "permission_mode": t.permission_mode,
-                "agent": t.agent.as_deref().unwrap_or(weft_protocol::DEFAULT_AGENT),
-                "created_at": rfc3339(t.created_at),
-                "updated_at": rfc3339(t.updated_at),
-                "active": runtime.hub.get(&t.id).is_some_and(|r| r.is_active()),
-            })
+        .map(|t| ThreadSummary {
+            id: t.id.clone(),
+            title: t.title.clone(),
+            permission_mode: PermissionMode::parse(&t.permission_mode).unwrap_or_default(),
+            agent: t
+                .agent
+                .as_deref()
+                .unwrap_or(weft_protocol::DEFAULT_AGENT)
+                .to_owned(),
+            created_at: rfc3339(t.created_at),
+            updated_at: rfc3339(t.updated_at),
+            active: runtime.hub.get(&t.id).is_some_and(|r| r.is_active()),
         })
         .collect();
-    Ok(Json(body).into_response())
+    Ok(Json(body))
 }
 
 /// `GET /threads/{id}/messages`.
 pub async fn messages(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(ThreadPath { id }): Path<ThreadPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<Vec<StoredMessage>>> {
     state.runtime.check_owner(&user.id, &id).await?;
     let rows = state
         .runtime
@@ -54,21 +86,21 @@ pub async fn messages(
         .messages(&id)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(rows.iter().map(to_wire).collect::<Vec<_>>()).into_response())
+    Ok(Json(rows.iter().map(to_wire).collect()))
 }
 
 /// `GET /threads/{id}/items`: the thread's whole conversation record: user messages,
 /// assistant messages with their tool calls, and tool results, in order.
 pub async fn items(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(ThreadPath { id }): Path<ThreadPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<Vec<RecordItem>>> {
     state.runtime.check_owner(&user.id, &id).await?;
     let store = &state.runtime.store;
     let messages = store.messages(&id).await.map_err(ApiError::internal)?;
     let items = store.root_items(&id).await.map_err(ApiError::internal)?;
-    Ok(Json(thread_record(&messages, &items)).into_response())
+    Ok(Json(thread_record(&messages, &items)))
 }
 
 /// `GET /threads/{id}/messages/{message_id}/trace`: one turn's trace, every response and
@@ -76,9 +108,9 @@ pub async fn items(
 /// have been shown.
 pub async fn trace(
     State(state): State<Arc<ServerState>>,
-    Path((id, message_id)): Path<(String, String)>,
+    Path(MessagePath { id, message_id }): Path<MessagePath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<Trace>> {
     state.runtime.check_owner(&user.id, &id).await?;
     identifier(
         &message_id,
@@ -106,20 +138,19 @@ pub async fn trace(
     } else {
         Vec::new()
     };
-    Ok(Json(json!({
-        "message_id": message.id,
-        "status": message.status,
-        "trace": turn_trace(&items),
+    Ok(Json(Trace {
+        message_id: message.id,
+        status: message.status,
+        trace: turn_trace(&items),
     }))
-    .into_response())
 }
 
 /// `DELETE /threads/{id}`.
 pub async fn delete(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(ThreadPath { id }): Path<ThreadPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<NoContent> {
     state.runtime.delete_thread(&user.id, &id).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(NoContent)
 }

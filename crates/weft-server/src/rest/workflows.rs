@@ -8,18 +8,20 @@ use super::JsonBody;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::NoContent;
 use axum::Json;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
 use weft_runtime::persist::rfc3339;
 use weft_runtime::turn::run_id_of;
 use weft_runtime::{ChannelSink, Route, TurnRequest};
 use weft_store::{new_id, now_ms, WorkflowRow, WorkflowRunRow};
-use weft_workflow::{Graph, GraphError};
+use weft_workflow::{CatalogueEntry, Graph, GraphError};
 
+use super::openapi::Created;
+use super::paths::IdPath;
 use super::{identifier, ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
@@ -45,19 +47,35 @@ fn not_found() -> ApiError {
     ApiError::new(ErrorCode::WorkflowNotFound, "no such workflow")
 }
 
-fn workflow_json(row: &WorkflowRow) -> Value {
-    json!({
-        "id": row.id,
-        "name": row.name,
-        "description": row.description,
-        "graph": serde_json::from_str::<Value>(&row.graph).unwrap_or(Value::Null),
-        "created_at": rfc3339(row.created_at),
-        "updated_at": rfc3339(row.updated_at),
+/// A saved workflow.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Workflow {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub graph: Graph,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
+fn workflow_json(row: &WorkflowRow) -> Rest<Workflow> {
+    Ok(Workflow {
+        id: row.id.clone(),
+        name: row.name.clone(),
+        description: row.description.clone(),
+        graph: serde_json::from_str(&row.graph).map_err(ApiError::internal)?,
+        created_at: rfc3339(row.created_at),
+        updated_at: rfc3339(row.updated_at),
     })
 }
 
-#[derive(Debug, Deserialize)]
+/// A workflow to save: its graph is validated (422 `invalid_graph` naming node and port).
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct WorkflowBody {
+    /// 1 to 200 bytes.
+    #[schemars(length(min = 1, max = 200))]
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -79,7 +97,8 @@ fn checked(state: &ServerState, body: &WorkflowBody) -> Rest<String> {
     serde_json::to_string(&body.graph).map_err(ApiError::internal)
 }
 
-#[derive(Debug, Deserialize)]
+/// `?query=`: node types whose name or description holds it.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct Search {
     query: Option<String>,
 }
@@ -89,9 +108,9 @@ pub async fn node_types(
     State(state): State<Arc<ServerState>>,
     _user: AuthUser,
     Query(search): Query<Search>,
-) -> Rest<Response> {
+) -> Rest<Json<Vec<CatalogueEntry>>> {
     let registry = state.runtime.registry().map_err(|r| disabled(r.message))?;
-    Ok(Json(registry.catalogue(search.query.as_deref())).into_response())
+    Ok(Json(registry.catalogue(search.query.as_deref())))
 }
 
 /// `POST /workflows`.
@@ -99,7 +118,7 @@ pub async fn create(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
     JsonBody(body): JsonBody<WorkflowBody>,
-) -> Rest<Response> {
+) -> Rest<Created<Workflow>> {
     let graph = checked(&state, &body)?;
     let now = now_ms();
     let row = WorkflowRow {
@@ -117,18 +136,21 @@ pub async fn create(
         .create_workflow(&row)
         .await
         .map_err(ApiError::internal)?;
-    Ok((StatusCode::CREATED, Json(workflow_json(&row))).into_response())
+    Ok(Created(workflow_json(&row)?))
 }
 
 /// `GET /workflows`.
-pub async fn list(State(state): State<Arc<ServerState>>, user: AuthUser) -> Rest<Response> {
+pub async fn list(
+    State(state): State<Arc<ServerState>>,
+    user: AuthUser,
+) -> Rest<Json<Vec<Workflow>>> {
     let rows = state
         .runtime
         .store
         .workflows_of(&user.id)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(rows.iter().map(workflow_json).collect::<Vec<_>>()).into_response())
+    Ok(Json(rows.iter().map(workflow_json).collect::<Rest<_>>()?))
 }
 
 async fn owned(state: &ServerState, owner: &str, id: &str) -> Rest<WorkflowRow> {
@@ -145,20 +167,20 @@ async fn owned(state: &ServerState, owner: &str, id: &str) -> Rest<WorkflowRow> 
 /// `GET /workflows/{id}`.
 pub async fn get(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<Json<Workflow>> {
     let row = owned(&state, &user.id, &id).await?;
-    Ok(Json(workflow_json(&row)).into_response())
+    Ok(Json(workflow_json(&row)?))
 }
 
 /// `PUT /workflows/{id}`.
 pub async fn replace(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
     JsonBody(body): JsonBody<WorkflowBody>,
-) -> Rest<Response> {
+) -> Rest<Json<Workflow>> {
     owned(&state, &user.id, &id).await?;
     let graph = checked(&state, &body)?;
     state
@@ -168,15 +190,15 @@ pub async fn replace(
         .await
         .map_err(ApiError::internal)?;
     let row = owned(&state, &user.id, &id).await?;
-    Ok(Json(workflow_json(&row)).into_response())
+    Ok(Json(workflow_json(&row)?))
 }
 
 /// `DELETE /workflows/{id}`.
 pub async fn delete(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
-) -> Rest<Response> {
+) -> Rest<NoContent> {
     identifier(&id, ErrorCode::WorkflowNotFound, "workflow")?;
     let deleted = state
         .runtime
@@ -187,22 +209,39 @@ pub async fn delete(
     if !deleted {
         return Err(not_found());
     }
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(NoContent)
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A run's parameters (the body may be left out).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct RunBody {
     #[serde(default)]
     pub params: Map<String, Value>,
 }
 
+/// A finished run.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WorkflowRun {
+    pub id: String,
+    /// `completed`, `failed`, …
+    pub status: String,
+    /// The graph's outputs.
+    pub outputs: Value,
+    /// Each node's run.
+    pub nodes: Value,
+    /// The thread it ran in.
+    pub thread_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// `POST /workflows/{id}/runs`: run it now, as a turn, and answer with the finished run.
 pub async fn run(
     State(state): State<Arc<ServerState>>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
     body: Option<JsonBody<RunBody>>,
-) -> Rest<Response> {
+) -> Rest<Json<WorkflowRun>> {
     owned(&state, &user.id, &id).await?;
     let runtime = &state.runtime;
     let mut request = TurnRequest::chat(MessageContent::Text(format!("Run workflow {id}")));
@@ -238,21 +277,18 @@ pub async fn run(
         .await
         .map_err(ApiError::internal)?
         .ok_or_else(|| ApiError::internal("the run was not recorded"))?;
-    Ok(Json(run_json(&run)).into_response())
+    Ok(Json(run_json(run)))
 }
 
 /// A run as REST answers it.
-fn run_json(run: &WorkflowRunRow) -> Value {
+fn run_json(run: WorkflowRunRow) -> WorkflowRun {
     let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
-    let mut value = json!({
-        "id": run.id,
-        "status": run.status,
-        "outputs": parse(&run.outputs),
-        "nodes": parse(&run.nodes),
-        "thread_id": run.thread_id,
-    });
-    if let Some(error) = &run.error {
-        value["error"] = json!(error);
+    WorkflowRun {
+        outputs: parse(&run.outputs),
+        nodes: parse(&run.nodes),
+        id: run.id,
+        status: run.status,
+        thread_id: run.thread_id,
+        error: run.error,
     }
-    value
 }
