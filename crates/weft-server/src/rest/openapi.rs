@@ -51,7 +51,7 @@ fn about(api: TransformOpenApi<'_>) -> TransformOpenApi<'_> {
             "The REST side of Weft, a websocket chat-agent server: threads and their record, \
              stored agents, assets, knowledge collections, workflows, and the prompt API for \
              callers without a socket. The websocket protocol is docs/PROTOCOL.md, its frames \
-             docs/schema/. Every error is `{\"error\": {\"code\", \"message\", …}}`."
+             docs/schema/. Every error is an `ErrorBody`: a stable `code` and a `message`."
                 .to_owned(),
         ),
         ..Info::default()
