@@ -4,6 +4,7 @@
 
 import { WeftClient } from "./weft-client.js";
 import { initWorkflows, onWorkflowFrame, runClientTool, chatContext, MANIFEST } from "./workflows.js";
+import { setMarkdown, appendMarkdown, aroundRender } from "./markdown.js";
 import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView, citationsView } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -135,7 +136,7 @@ function renderStored(m, append = true) {
   const text = typeof m.content === "string" ? m.content : (m.content || []).filter((p) => p.type === "text").map((p) => p.text).join("\n");
   if (m.role === "user") { const u = userMessage(text); if (append) $("messages").append(u); return u; }
   const view = assistantMessage();
-  view.text.textContent = text;
+  setMarkdown(view.text, text);
   // Generated media (route 2) after the text.
   for (const part of Array.isArray(m.content) ? m.content : []) {
     const media = part.type === "image_url" ? mediaView(part.image_url, "image/")
@@ -200,13 +201,13 @@ function onFrame(f) {
       // The server running the turn stopped and another took it up: its answer so far
       // replaces what streamed (a cut round's text streams again); the cards stay.
       ensureLive();
-      state.live.text.textContent = f.content;
+      setMarkdown(state.live.text, f.content);
       setRunning(true);
       break;
     case "chunk":
       if (f.done) { finishTurn(); break; }
       ensureLive();
-      if (!f.depth) state.live.text.textContent += f.content;
+      if (!f.depth) appendMarkdown(state.live.text, f.content);
       else {
         const parent = state.cards.get(f.parent_id);
         if (parent) parent.querySelector(":scope > .body > .stream").textContent += f.content;
@@ -446,6 +447,9 @@ function runWorkflow(workflow, params) {
   $("messages").append(userMessage(`Run workflow “${workflow.name}”`));
   startTurn({ content: `Run workflow ${workflow.name}`, workflow_target: "workflow", workflow_id: workflow.id, params, permission_mode: state.mode });
 }
+
+// An answer drawn as Markdown grows after its frame: the bottom is followed across that too.
+aroundRender(() => atBottom(), (_node, follow) => { if (follow) scrollDown(); });
 
 function scrollDown() { const m = $("messages"); m.scrollTop = m.scrollHeight; }
 

@@ -28,7 +28,7 @@ async fn the_page_goes_on_with_a_turn_its_restarted_server_took_up() {
     let cards = "Array.from(document.querySelectorAll('.tool-card')).map(c => [c.dataset.name, c.dataset.status].join('|'))";
     b.wait(&format!("{cards}.join() === 'memory_list|done'"))
         .await;
-    b.wait(&format!("{ANSWER} === 'first part. '")).await;
+    b.wait(&format!("{ANSWER} === 'first part.'")).await;
 
     server.kill().await;
     b.wait("document.getElementById('connection').textContent === 'reconnecting…'")

@@ -51,6 +51,11 @@ fn script() -> Value {
                 {"name": "run_node", "arguments": {"node_type": "text.template", "inputs": {"template": "one"}}},
                 {"name": "run_node", "arguments": {"node_type": "text.template", "inputs": {"template": "two"}}}]},
             {"text": "both handled"}]},
+        {"match": "markdown", "steps": [{"chunks": [
+            "# Plan\n\nSome **bold** and a [link](https://example.com/docs).\n\n",
+            "- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```rust\nfn main() {}\n",
+            "```\n\n<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> done"
+        ], "chunk_delay_ms": 150}]},
         {"match": "slow", "steps": [{"chunks": ["one ", "two ", "three ", "four"], "chunk_delay_ms": 400}]},
         {"match": "*", "steps": [{"chunks": ["Hello ", "there!"], "chunk_delay_ms": 400, "repeat": true}]}
     ]})
@@ -64,7 +69,7 @@ async fn a_question_streams_its_answer() {
     b.open(&server.url("/")).await;
     b.say("hi").await;
     // Seen mid-stream, then complete.
-    b.wait(&format!("{ANSWER} === 'Hello '")).await;
+    b.wait(&format!("{ANSWER} === 'Hello'")).await;
     b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
     b.wait("document.querySelector('.message.assistant .cost')")
         .await;
@@ -337,7 +342,7 @@ async fn a_dropped_socket_resumes_the_running_turn() {
     let b = Browser::start().await;
     b.open(&server.url("/")).await;
     b.say("slow story").await;
-    b.wait(&format!("{ANSWER} === 'one '")).await;
+    b.wait(&format!("{ANSWER} === 'one'")).await;
     b.js("(window.weft.socket.drop(), true)").await;
     b.wait(&format!("{ANSWER} === 'one two three four'")).await;
     b.wait("!window.weft.state.running").await;
@@ -587,7 +592,7 @@ async fn stop_ends_the_answer_and_each_chat_has_its_own_address() {
     );
     b.say("slow story").await;
     // While the answer streams, Stop takes Send's place.
-    b.wait(&format!("{ANSWER} === 'one '")).await;
+    b.wait(&format!("{ANSWER} === 'one'")).await;
     b.wait("!document.getElementById('stop').hidden && document.getElementById('send').hidden")
         .await;
     b.shot("stop-button").await;
@@ -645,7 +650,7 @@ async fn scrolling_back_while_an_answer_streams_is_left_alone() {
     assert_eq!(b.js(bottom).await, json!(true), "a new answer is followed");
     // Each answer streams "Hello " then, 400 ms later, "there!".
     b.say("question 6").await;
-    b.wait(&format!("{ANSWER} === 'Hello '")).await;
+    b.wait(&format!("{ANSWER} === 'Hello'")).await;
     // The reader scrolls back: what streams next does not pull them down.
     b.js("(document.getElementById('messages').scrollTop = 0, true)")
         .await;
@@ -662,6 +667,33 @@ async fn scrolling_back_while_an_answer_streams_is_left_alone() {
     b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
     b.wait("!window.weft.state.running").await;
     assert_eq!(b.js(bottom).await, json!(true));
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn answers_are_markdown_made_safe_with_highlighted_code_live_and_after_a_reload() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("markdown please").await;
+    b.wait(&format!("{ANSWER}?.endsWith('done')")).await;
+    let shape = "(() => { const t = document.querySelector('.message.assistant:last-of-type .text'); const a = t.querySelector('a'); return { h1: t.querySelector('h1')?.textContent, bold: t.querySelector('strong')?.textContent, link: [a?.href, a?.target, a?.rel], items: t.querySelectorAll('li').length, cells: [...t.querySelectorAll('td')].map(c => c.textContent), keyword: t.querySelector('pre code.hljs .hljs-keyword')?.textContent, copy: !!t.querySelector('pre > button.copy-code'), raw: t.textContent.includes('**') || t.textContent.includes('```'), script: !!t.querySelector('script'), onerror: !!t.querySelector('[onerror]'), img: !!t.querySelector('img'), pwned: window.pwned ?? null }; })()";
+    let expected = json!({
+        "h1": "Plan", "bold": "bold",
+        "link": ["https://example.com/docs", "_blank", "noopener noreferrer"],
+        "items": 2, "cells": ["1", "2"], "keyword": "fn", "copy": true,
+        "raw": false, "script": false, "onerror": false, "img": false, "pwned": null
+    });
+    assert_eq!(b.js(shape).await, expected, "streamed");
+    b.shot("markdown-answer").await;
+    b.wait("!window.weft.state.running").await;
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    b.wait(&format!("{ANSWER}?.endsWith('done')")).await;
+    assert_eq!(b.js(shape).await, expected, "after a reload");
     b.close().await;
     server.stop().await;
 }

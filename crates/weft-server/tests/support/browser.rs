@@ -139,6 +139,6 @@ impl Browser {
     }
 }
 
-/// The text of the newest answer on the page.
+/// The text of the newest answer on the page, as rendered (Markdown), ends trimmed.
 pub const ANSWER: &str =
-    "document.querySelector('.message.assistant:last-of-type .text')?.textContent";
+    "document.querySelector('.message.assistant:last-of-type .text')?.textContent.trim()";
