@@ -51,14 +51,16 @@ async function loadThreads() {
   const threads = await res.json();
   const list = $("threads");
   list.replaceChildren(...threads.map((t) => {
-    const li = el("li", { "data-id": t.id, text: t.title || "Untitled" });
+    const open = el("button", { type: "button", text: t.title || "Untitled" });
+    const li = el("li", { "data-id": t.id }, open);
     if (t.id === state.threadId) {
       li.classList.add("current");
       // A new chat's header takes its title once the server has one (its first message).
       $("thread-title").textContent = t.title || "Untitled";
     }
     if (t.active) li.classList.add("active");
-    li.onclick = () => openThread(t.id);
+    if (t.id === state.threadId) open.setAttribute("aria-current", "page");
+    li.onclick = () => { showDrawer(false); openThread(t.id); };
     return li;
   }));
   return threads;
@@ -458,7 +460,7 @@ function atBottom() { const m = $("messages"); return m.scrollHeight - m.scrollT
 
 $("composer").addEventListener("submit", send);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) send(e); });
-$("new-thread").onclick = newThread;
+$("new-thread").onclick = () => { showDrawer(false); newThread(); };
 $("stop").onclick = stopTurn;
 window.addEventListener("popstate", () => {
   const id = addressedThread();
@@ -466,14 +468,60 @@ window.addEventListener("popstate", () => {
 });
 $("agent-select").onchange = (e) => { state.agent = e.target.value; };
 $("exec-mode").onchange = (e) => { state.execMode = e.target.value; };
-$("mode-button").onclick = () => {
+// ---- the permission-mode menu: a listbox run by mouse or keyboard ----
+
+function showModeMenu(show) {
   const menu = $("mode-menu");
-  menu.hidden = !menu.hidden;
-  $("mode-button").setAttribute("aria-expanded", String(!menu.hidden));
-};
-for (const li of $("mode-menu").children) {
-  li.onclick = () => { setMode(li.dataset.mode, true); $("mode-menu").hidden = true; };
+  menu.hidden = !show;
+  $("mode-button").setAttribute("aria-expanded", String(show));
+  if (show) menu.querySelector("[aria-selected='true']")?.focus();
 }
+
+function pickMode(li) {
+  setMode(li.dataset.mode, true);
+  showModeMenu(false);
+  $("mode-button").focus();
+}
+
+$("mode-button").onclick = () => showModeMenu($("mode-menu").hidden);
+$("mode-button").addEventListener("keydown", (e) => {
+  if (e.key === "ArrowDown" || e.key === "ArrowUp") { e.preventDefault(); showModeMenu(true); }
+});
+for (const li of $("mode-menu").children) li.onclick = () => pickMode(li);
+$("mode-menu").addEventListener("keydown", (e) => {
+  const items = [...$("mode-menu").children];
+  const at = items.indexOf(document.activeElement);
+  const move = { ArrowDown: 1, ArrowUp: -1 }[e.key];
+  if (move) items[(at + move + items.length) % items.length].focus();
+  else if (e.key === "Home") items[0].focus();
+  else if (e.key === "End") items[items.length - 1].focus();
+  else if ((e.key === "Enter" || e.key === " ") && at >= 0) pickMode(items[at]);
+  else if (e.key === "Escape") { showModeMenu(false); $("mode-button").focus(); }
+  else if (e.key === "Tab") showModeMenu(false);
+  else return;
+  e.preventDefault();
+});
+// A click anywhere else closes it.
+document.addEventListener("pointerdown", (e) => {
+  if (!$("mode-menu").hidden && !e.target.closest(".mode-picker")) showModeMenu(false);
+});
+
+// ---- the chat list as a drawer (narrow screens) ----
+
+function showDrawer(show) {
+  document.body.classList.toggle("drawer-open", show);
+  $("menu-button").setAttribute("aria-expanded", String(show));
+  if (show) ($("threads").querySelector("button") ?? $("new-thread")).focus();
+}
+
+$("menu-button").onclick = () => showDrawer(!document.body.classList.contains("drawer-open"));
+$("backdrop").onclick = () => showDrawer(false);
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && document.body.classList.contains("drawer-open")) {
+    showDrawer(false);
+    $("menu-button").focus();
+  }
+});
 setMode("default", false);
 initWorkflows({ headers, run: runWorkflow });
 if (addressedThread()) openThread(addressedThread()); else loadThreads();

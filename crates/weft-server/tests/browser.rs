@@ -687,13 +687,168 @@ async fn answers_are_markdown_made_safe_with_highlighted_code_live_and_after_a_r
         "raw": false, "script": false, "onerror": false, "img": false, "pwned": null
     });
     assert_eq!(b.js(shape).await, expected, "streamed");
-    b.shot("markdown-answer").await;
     b.wait("!window.weft.state.running").await;
+    b.doc_shot("desktop").await;
     b.client.refresh().await.unwrap();
     b.wait("document.getElementById('connection').classList.contains('up')")
         .await;
     b.wait(&format!("{ANSWER}?.endsWith('done')")).await;
     assert_eq!(b.js(shape).await, expected, "after a reload");
+    b.close().await;
+    server.stop().await;
+}
+
+/// Nothing on the page is wider than the viewport, and `css` lies wholly inside it.
+const FITS: &str = "(css) => { const r = document.querySelector(css).getBoundingClientRect(); return document.documentElement.scrollWidth <= innerWidth && document.getElementById('messages').scrollWidth <= document.getElementById('messages').clientWidth && r.left >= 0 && r.right <= innerWidth && r.top >= 0 && r.bottom <= innerHeight && r.width > 0; }";
+
+#[tokio::test]
+async fn on_a_phone_the_chats_are_a_drawer_the_composer_shows_and_nothing_scrolls_sideways() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.viewport(390, 844).await;
+    b.open(&server.url("/")).await;
+    assert_eq!(b.js("[innerWidth, innerHeight]").await, json!([390, 844]));
+    let fits = |css: &str| format!("({FITS})('{css}')");
+    let drawer_shut = "document.getElementById('sidebar').getBoundingClientRect().right <= 0";
+    assert_eq!(b.js(drawer_shut).await, json!(true), "the chat list starts shut");
+    for css in ["#input", "#send", "#mode-button", "#menu-button"] {
+        assert_eq!(b.js(&fits(css)).await, json!(true), "{css} is on screen");
+    }
+    // A wide answer (a table, a code block) scrolls inside itself, never the page.
+    b.say("markdown please").await;
+    b.wait(&format!("{ANSWER}?.endsWith('done')")).await;
+    b.wait("!window.weft.state.running").await;
+    assert_eq!(b.js(&fits("#send")).await, json!(true));
+    b.doc_shot("phone").await;
+
+    // The drawer: opened by its button, shut by starting a chat or choosing one (which
+    // opens it).
+    let drawer_open = "document.getElementById('sidebar').getBoundingClientRect().left >= 0";
+    b.click("#menu-button").await;
+    b.wait(drawer_open).await;
+    b.click("#new-thread").await;
+    b.wait(drawer_shut).await;
+    b.say("hi").await;
+    b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
+    b.click("#menu-button").await;
+    b.wait(drawer_open).await;
+    b.wait("document.querySelectorAll('#threads li').length === 2")
+        .await;
+    b.doc_shot("phone-chats").await;
+    b.click("#threads li:last-child button").await;
+    b.wait(drawer_shut).await;
+    b.wait("document.getElementById('thread-title').textContent === 'markdown please'")
+        .await;
+    // Shut by its backdrop too.
+    b.click("#menu-button").await;
+    b.wait("getComputedStyle(document.getElementById('backdrop')).display === 'block'")
+        .await;
+    b.js("(document.getElementById('backdrop').click(), true)")
+        .await;
+    b.wait(drawer_shut).await;
+    // The workflows panel takes the whole screen and gives it back.
+    b.click("#workflows-toggle").await;
+    b.wait("(() => { const r = document.getElementById('workflow-panel').getBoundingClientRect(); return r.left === 0 && r.width === innerWidth; })()").await;
+    b.click("#workflow-close").await;
+    b.wait("document.getElementById('workflow-panel').hidden").await;
+    assert_eq!(b.js(&fits("#send")).await, json!(true));
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_permission_menu_and_the_chat_list_work_from_the_keyboard() {
+    use fantoccini::key::Key;
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("hi").await;
+    b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
+    b.wait("!window.weft.state.running").await;
+    let focused = "document.activeElement.id || document.activeElement.dataset.mode";
+    let menu_open = "!document.getElementById('mode-menu').hidden";
+
+    // Arrow keys open the menu on the current mode, move, and Enter picks; focus returns.
+    b.js("(document.getElementById('mode-button').focus(), true)")
+        .await;
+    b.press(&Key::Down).await;
+    b.wait(menu_open).await;
+    assert_eq!(b.js(focused).await, json!("default"));
+    b.press(&Key::Down).await;
+    assert_eq!(b.js(focused).await, json!("auto"));
+    b.press(&Key::Down).await;
+    assert_eq!(b.js(focused).await, json!("plan"), "the arrows wrap around");
+    b.press(&Key::Enter).await;
+    b.wait("document.getElementById('mode-button').dataset.mode === 'plan'")
+        .await;
+    assert_eq!(b.js(menu_open).await, json!(false));
+    assert_eq!(b.js(focused).await, json!("mode-button"));
+    assert_eq!(
+        b.js("document.querySelector('#mode-menu [aria-selected=true]').dataset.mode")
+            .await,
+        json!("plan")
+    );
+    // Esc shuts it and changes nothing; so does a click elsewhere.
+    b.press(&Key::Up).await;
+    b.wait(menu_open).await;
+    b.press(&Key::Down).await;
+    b.press(&Key::Escape).await;
+    b.wait("document.getElementById('mode-menu').hidden").await;
+    assert_eq!(b.js(focused).await, json!("mode-button"));
+    assert_eq!(
+        b.js("document.getElementById('mode-button').dataset.mode")
+            .await,
+        json!("plan")
+    );
+    b.click("#mode-button").await;
+    b.wait(menu_open).await;
+    b.click("#messages").await;
+    b.wait("document.getElementById('mode-menu').hidden").await;
+
+    // Earlier chats are buttons: Tab reaches them and Enter opens one.
+    b.click("#new-thread").await;
+    b.wait("document.getElementById('thread-title').textContent === 'New chat'")
+        .await;
+    b.js("(document.getElementById('new-thread').focus(), true)")
+        .await;
+    b.press(&Key::Tab).await;
+    assert_eq!(
+        b.js("document.activeElement.closest('#threads li') !== null")
+            .await,
+        json!(true)
+    );
+    b.press(&Key::Enter).await;
+    b.wait("document.getElementById('thread-title').textContent === 'hi'")
+        .await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_page_is_dark_when_the_system_is() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start_dark().await;
+    b.open(&server.url("/")).await;
+    assert_eq!(
+        b.js("matchMedia('(prefers-color-scheme: dark)').matches")
+            .await,
+        json!(true)
+    );
+    b.say("markdown please").await;
+    b.wait(&format!("{ANSWER}?.endsWith('done')")).await;
+    b.wait("!window.weft.state.running").await;
+    // Light ink on a dark page.
+    let lightness = "(css, prop) => { const [r, g, b] = getComputedStyle(document.querySelector(css))[prop].match(/\\d+/g).map(Number); return (r + g + b) / 3; }";
+    let of = |css: &str, prop: &str| format!("({lightness})('{css}', '{prop}')");
+    assert!(b.js(&of("body", "backgroundColor")).await.as_f64().unwrap() < 60.0);
+    assert!(b.js(&of("#composer", "backgroundColor")).await.as_f64().unwrap() < 60.0);
+    assert!(b.js(&of(".message.assistant .text", "color")).await.as_f64().unwrap() > 180.0);
+    b.doc_shot("desktop-dark").await;
+    b.viewport(390, 844).await;
+    b.doc_shot("phone-dark").await;
     b.close().await;
     server.stop().await;
 }

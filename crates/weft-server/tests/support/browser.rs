@@ -20,6 +20,15 @@ pub struct Browser {
 
 impl Browser {
     pub async fn start() -> Browser {
+        Self::start_with(&[]).await
+    }
+
+    /// A browser whose system prefers dark pages.
+    pub async fn start_dark() -> Browser {
+        Self::start_with(&["--force-dark-mode"]).await
+    }
+
+    async fn start_with(extra_args: &[&str]) -> Browser {
         let chromium =
             std::env::var("WEFT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         let chromedriver =
@@ -41,11 +50,15 @@ impl Browser {
             .spawn()
             .expect("start chromedriver");
         let profile = tempfile::tempdir().unwrap();
-        let caps = json!({"goog:chromeOptions": {"binary": chromium, "args": [
+        let mut args = json!([
             "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
             "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())
-        ]}});
+        ]);
+        args.as_array_mut()
+            .unwrap()
+            .extend(extra_args.iter().map(|a| json!(a)));
+        let caps = json!({"goog:chromeOptions": {"binary": chromium, "args": args}});
         let caps = caps.as_object().unwrap().clone();
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -132,6 +145,38 @@ impl Browser {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../artifacts/screenshots");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// A screenshot for the README as well: written to `docs/screenshots/` when
+    /// `WEFT_WRITE_SCREENSHOTS` is set (they are committed), else only to the artifacts.
+    pub async fn doc_shot(&self, name: &str) {
+        self.shot(name).await;
+        if std::env::var_os("WEFT_WRITE_SCREENSHOTS").is_some() {
+            let png = self.client.screenshot().await.unwrap();
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+        }
+    }
+
+    /// The viewport `width` × `height` CSS pixels (a phone: 390 × 844).
+    pub async fn viewport(&self, width: u32, height: u32) {
+        self.client.set_window_size(width, height).await.unwrap();
+        // The window's frame, if any, comes off the viewport: make up for it once.
+        let inner = self.js("[window.innerWidth, window.innerHeight]").await;
+        let (w, h) = (inner[0].as_u64().unwrap() as u32, inner[1].as_u64().unwrap() as u32);
+        if (w, h) != (width, height) {
+            self.client
+                .set_window_size(2 * width - w, 2 * height - h)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Sends `key` (fantoccini's `Key`, or text) to whatever has the focus.
+    pub async fn press(&self, key: &str) {
+        let focused = self.client.active_element().await.unwrap();
+        focused.send_keys(key).await.unwrap();
     }
 
     pub async fn close(self) {
