@@ -57,14 +57,17 @@ function render(node) {
   around.after(node, token);
 }
 
+/// Highlights `code` (a `<code>` element) as `language` when highlight.js knows it.
+export function highlight(code, language) {
+  if (!language || !hljs.getLanguage(language)) return;
+  code.innerHTML = hljs.highlight(code.textContent, { language, ignoreIllegals: true }).value;
+  code.classList.add("hljs");
+}
+
 /// Highlights a code block and gives it a copy button.
 function decorate(code) {
-  const language = [...code.classList].find((c) => c.startsWith("language-"))?.slice(9);
   const source = code.textContent;
-  if (language && hljs.getLanguage(language)) {
-    code.innerHTML = hljs.highlight(source, { language, ignoreIllegals: true }).value;
-    code.classList.add("hljs");
-  }
+  highlight(code, [...code.classList].find((c) => c.startsWith("language-"))?.slice(9));
   const copy = document.createElement("button");
   copy.type = "button";
   copy.className = "copy-code";

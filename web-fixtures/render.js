@@ -1,5 +1,7 @@
 // DOM rendering: messages, nested tool-call cards, approval cards, notices.
 
+import { highlight } from "./markdown.js";
+
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -49,15 +51,27 @@ export function toolCard({ id, name, title, args, depth }) {
     title ? el("span", { class: "title", text: title }) : null,
     el("span", { class: "badge", text: "running" }));
   const body = el("div", { class: "body" });
-  if (args !== undefined && args !== null && args !== "") {
-    body.append(el("div", { class: "label", text: "arguments" }), el("pre", { class: "args", text: pretty(args) }));
-  }
+  if (args !== undefined && args !== null && args !== "") body.append(...argsView(args));
   const stream = el("div", { class: "stream" });
   const children = el("div", { class: "children" });
   const result = el("div", { class: "result-slot" });
   body.append(stream, children, result);
   card.append(summary, body);
   return card;
+}
+
+/// A call's arguments: as JSON, except that text of several lines (a file's content) shows
+/// as itself under its name rather than as one escaped string.
+function argsView(args) {
+  const object = parsed(args);
+  const long = object ? Object.entries(object).filter(([, v]) => typeof v === "string" && v.includes("\n")) : [];
+  if (!long.length) return [el("div", { class: "label", text: "arguments" }), el("pre", { class: "args", text: pretty(args) })];
+  const rest = Object.fromEntries(Object.entries(object).filter(([k]) => !long.some(([l]) => l === k)));
+  const views = Object.keys(rest).length
+    ? [el("div", { class: "label", text: "arguments" }), el("pre", { class: "args", text: pretty(rest) })]
+    : [];
+  for (const [name, text] of long) views.push(el("div", { class: "label", text: name }), el("pre", { class: "args", "data-field": name, text }));
+  return views;
 }
 
 export function finishCard(card, { result, isError, durationMs }) {
@@ -91,17 +105,41 @@ export function costLine(c) {
   return el("div", { class: "cost", text: `${c.llm_calls} model calls · ${c.tool_calls} tool calls · ${c.input_tokens} in / ${c.output_tokens} out tokens${usd}` });
 }
 
-/// The approval card for the first pending request, with how many more are queued.
+/// The approval card for the first pending request, with how many more are queued: the
+/// buttons first (a long request scrolls below them), then what it would do — for a file
+/// write its path and its content as highlighted code (folded when long).
 export function approvalCard(request, queued, onDecision) {
   const buttons = [["allow", "Allow"], ["allow_for_chat", "Allow for this chat"], ["deny", "Deny"]].map(([decision, label]) => {
     const b = el("button", { type: "button", "data-decision": decision, text: label });
     b.onclick = () => onDecision(request.tool_call_id, decision);
     return b;
   });
-  return el("div", { class: "approval", "data-id": request.tool_call_id },
-    el("div", { class: "what", text: `The agent wants to run ${request.name} (${request.category}).` }),
-    el("pre", { text: pretty(request.args) }),
-    el("div", { class: "actions" }, ...buttons, queued > 0 ? el("span", { class: "queued", text: `+${queued} more pending` }) : null));
+  const args = parsed(request.args);
+  const write = args && typeof args.path === "string" && typeof args.content === "string";
+  const what = el("div", { class: "what" }, "The agent wants to run ", el("b", { text: request.name }),
+    ` (${request.category})`, write ? " on " : null, write ? el("code", { class: "path", text: args.path }) : null, ".");
+  return el("div", { class: "approval", role: "group", "aria-label": `Approve ${request.name}?`, "data-id": request.tool_call_id },
+    what,
+    el("div", { class: "actions" }, ...buttons, queued > 0 ? el("span", { class: "queued", text: `+${queued} more pending` }) : null),
+    write ? filePreview(args) : el("pre", { class: "detail", text: pretty(request.args) }));
+}
+
+/// Arguments as an object, if they are one (they come as an object or as JSON text).
+function parsed(args) {
+  if (args && typeof args === "object") return args;
+  try { const value = JSON.parse(args); return value && typeof value === "object" ? value : null; } catch { return null; }
+}
+
+/// A file's content about to be written: highlighted by its extension, folded past 12 lines.
+function filePreview({ path, content }) {
+  const lines = content.split("\n").length;
+  const code = el("code", { text: content });
+  highlight(code, { js: "javascript", ts: "typescript", py: "python", rs: "rust", md: "markdown", sh: "bash", yml: "yaml" }[path.split(".").pop()] ?? path.split(".").pop());
+  const preview = el("details", { class: "detail file-preview" },
+    el("summary", { text: `${lines} line${lines === 1 ? "" : "s"}, ${content.length} characters` }),
+    el("pre", {}, code));
+  preview.open = lines <= 12;
+  return preview;
 }
 
 /// A turn's trace: each response with its calls, each full result, subtasks nested under the

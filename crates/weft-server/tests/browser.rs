@@ -43,6 +43,9 @@ fn script() -> Value {
                 {"name": "run_subtask", "arguments": {"title": "Research A", "instructions": "research A"}},
                 {"name": "run_subtask", "arguments": {"title": "Research B", "instructions": "research B"}}]},
             {"chunks": ["A and B ", "differ."]}]},
+        {"match": "enormous", "steps": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "big.py", "content": BIG_FILE.as_str()}}]},
+            {"text": "wrote it", "repeat": true}]},
         {"match": "write", "steps": [
             {"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.md", "content": "hello from the browser"}}]},
             {"text": "done writing", "repeat": true}]},
@@ -60,6 +63,18 @@ fn script() -> Value {
         {"match": "*", "steps": [{"chunks": ["Hello ", "there!"], "chunk_delay_ms": 400, "repeat": true}]}
     ]})
 }
+
+/// 150 lines of Python for a file write to ask about.
+static BIG_FILE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    (0..150)
+        .map(|i| format!("def step_{i}():\n    return {i}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .lines()
+        .take(150)
+        .collect::<Vec<_>>()
+        .join("\n")
+});
 
 #[tokio::test]
 async fn a_question_streams_its_answer() {
@@ -849,6 +864,40 @@ async fn the_page_is_dark_when_the_system_is() {
     b.doc_shot("desktop-dark").await;
     b.viewport(390, 844).await;
     b.doc_shot("phone-dark").await;
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_file_write_asks_with_its_path_and_a_folded_preview_and_the_buttons_in_view() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("an enormous file please").await;
+    b.wait("document.querySelector('.approval button[data-decision=allow]')")
+        .await;
+    let shape = "(() => { const card = document.querySelector('.approval'); const r = card.getBoundingClientRect(); const allow = card.querySelector('[data-decision=allow]').getBoundingClientRect(); const code = card.querySelector('.file-preview code'); return { path: card.querySelector('code.path')?.textContent, folded: !card.querySelector('.file-preview').open, lines: code.textContent.split('\\n').length, escaped: code.textContent.includes('\\\\n'), highlighted: !!code.querySelector('.hljs-keyword'), card: r.height < innerHeight / 2, allow: allow.top >= 0 && allow.bottom <= innerHeight, transcript: document.getElementById('messages').clientHeight > innerHeight / 3 }; })()";
+    assert_eq!(
+        b.js(shape).await,
+        json!({"path": "big.py", "folded": true, "lines": 150, "escaped": false, "highlighted": true, "card": true, "allow": true, "transcript": true})
+    );
+    // The call's card shows the content as lines too, the path as JSON.
+    assert_eq!(
+        b.js("(() => { const body = document.querySelector('.tool-card[data-name=write_file] > .body'); return [body.querySelector('pre.args:not([data-field])').textContent.includes('big.py'), body.querySelector('pre.args[data-field=content]').textContent.split('\\n').length]; })()").await,
+        json!([true, 150])
+    );
+    // Unfolded, it scrolls inside the card: the buttons stay where they were.
+    b.click(".approval .file-preview summary").await;
+    b.wait("document.querySelector('.approval .file-preview').open")
+        .await;
+    assert_eq!(b.js(shape).await["allow"], json!(true));
+    assert_eq!(b.js(shape).await["card"], json!(true));
+    b.shot("approval-long-file").await;
+    b.click(".approval button[data-decision='allow']").await;
+    b.wait(&format!("{ANSWER} === 'wrote it'")).await;
+    let written = std::fs::read_to_string(server.workspace.join("big.py")).unwrap();
+    assert_eq!(written, *BIG_FILE);
     b.close().await;
     server.stop().await;
 }
