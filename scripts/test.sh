@@ -28,6 +28,15 @@ if [ ! -f "$everything" ] || [ mcp-fixtures/package-lock.json -nt "$everything" 
   touch "$everything"
 fi
 
+# axe-core (npm, pinned by web-fixtures/test/package-lock.json), which the browser tests inject
+# into the web client to check its accessibility.
+axe=web-fixtures/test/node_modules/axe-core/axe.min.js
+if [ ! -f "$axe" ] || [ web-fixtures/test/package-lock.json -nt "$axe" ]; then
+  echo "test.sh: installing axe-core for the browser tests (npm ci)"
+  npm ci --prefix web-fixtures/test --no-audit --no-fund --loglevel=error
+  touch "$axe"
+fi
+
 # PostgreSQL: the store and server suites run against a real server (trust auth, database `test`).
 if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
   echo "test.sh: starting PostgreSQL"

@@ -83,5 +83,6 @@ function decorate(code) {
     setTimeout(() => { copy.textContent = "Copy"; }, 1500);
   };
   code.parentElement.classList.add("code-block");
+  code.parentElement.tabIndex = 0;
   code.parentElement.prepend(copy);
 }

@@ -9,6 +9,8 @@ export function el(tag, attrs = {}, ...children) {
     else if (k === "text") node.textContent = v;
     else if (v !== undefined && v !== null) node.setAttribute(k, v);
   }
+  // A block of code or output may scroll: keyboard users must be able to reach it.
+  if (tag === "pre" && !node.hasAttribute("tabindex")) node.tabIndex = 0;
   for (const c of children) if (c) node.append(c);
   return node;
 }

@@ -901,3 +901,46 @@ async fn a_long_file_write_asks_with_its_path_and_a_folded_preview_and_the_butto
     b.close().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn axe_finds_nothing_serious_on_the_page_light_dark_or_phone() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let serious = ["serious", "critical"];
+    for dark in [false, true] {
+        let b = if dark { Browser::start_dark().await } else { Browser::start().await };
+        b.open(&server.url("/")).await;
+        let mut found = b.accessibility_violations(&serious).await;
+        // An answer with cards, Markdown and code, then a pending approval.
+        b.say("compare A and B").await;
+        b.wait(&format!("{ANSWER} === 'A and B differ.'")).await;
+        b.wait("!window.weft.state.running").await;
+        // (Each in a chat of its own: the scripted model follows a chat's first message.)
+        b.click("#new-thread").await;
+        b.say("markdown please").await;
+        b.wait("!window.weft.state.running && document.querySelector('.copy-code')").await;
+        found.extend(b.accessibility_violations(&serious).await);
+        b.click("#new-thread").await;
+        b.say("an enormous file please").await;
+        b.wait("document.querySelector('.approval button[data-decision=allow]')")
+            .await;
+        found.extend(b.accessibility_violations(&serious).await);
+        b.click(".approval button[data-decision='deny']").await;
+        b.wait("!window.weft.state.running").await;
+        // The open menu, the workflows panel, and a phone with its drawer open.
+        b.click("#mode-button").await;
+        found.extend(b.accessibility_violations(&serious).await);
+        b.press(&fantoccini::key::Key::Escape).await;
+        b.click("#workflows-toggle").await;
+        found.extend(b.accessibility_violations(&serious).await);
+        b.click("#workflow-close").await;
+        b.viewport(390, 844).await;
+        b.click("#menu-button").await;
+        found.extend(b.accessibility_violations(&serious).await);
+        found.sort();
+        found.dedup();
+        assert!(found.is_empty(), "dark: {dark}: {found:#?}");
+        b.close().await;
+    }
+    server.stop().await;
+}

@@ -173,6 +173,28 @@ impl Browser {
         }
     }
 
+    /// axe-core's violations on the page as it is, of `impacts` (e.g. serious, critical):
+    /// each as `rule: target, …`.
+    pub async fn accessibility_violations(&self, impacts: &[&str]) -> Vec<String> {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../web-fixtures/test/node_modules/axe-core/axe.min.js");
+        let axe = std::fs::read_to_string(&path)
+            .expect("axe-core is needed: scripts/test.sh installs it (npm ci --prefix web-fixtures/test)");
+        self.client.execute(&axe, vec![]).await.unwrap();
+        let run = r#"const done = arguments[arguments.length - 1];
+            axe.run(document, { resultTypes: ["violations"] })
+              .then((r) => done(r.violations.map((v) => ({ id: v.id, impact: v.impact, targets: v.nodes.map((n) => n.target.join(" ")) }))))
+              .catch((e) => done([{ id: "axe failed: " + e, impact: "critical", targets: [] }]));"#;
+        let violations = self.client.execute_async(run, vec![]).await.unwrap();
+        violations
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| impacts.iter().any(|i| v["impact"] == *i))
+            .map(|v| format!("{} ({}): {}", v["id"].as_str().unwrap_or("?"), v["impact"], v["targets"]))
+            .collect()
+    }
+
     /// Sends `key` (fantoccini's `Key`, or text) to whatever has the focus.
     pub async fn press(&self, key: &str) {
         let focused = self.client.active_element().await.unwrap();
