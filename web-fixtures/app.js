@@ -112,8 +112,11 @@ async function openThread(id) {
   setAgent((meta && meta.agent) || "default");
   const res = await fetch(`/threads/${id}/messages`, { headers: headers() });
   if (!res.ok) return;
-  for (const m of await res.json()) renderStored(m);
-  if (meta && meta.active) {
+  const messages = await res.json();
+  // A running answer is not drawn from the store: its turn's frames replay it below.
+  const running = messages.some((m) => m.role === "assistant" && m.status === "running");
+  for (const m of messages) if (!(m.role === "assistant" && m.status === "running")) renderStored(m);
+  if ((meta && meta.active) || running) {
     // A turn is still running (another tab, or before a reload): replay it and follow it.
     state.lastSeq[id] = 0;
     socket.send({ command: "resume_chat", data: { thread_id: id, last_seq: 0 } });
@@ -159,9 +162,21 @@ function renderStored(m, append = true) {
   if (append && m.cost_usd !== undefined && m.input_tokens !== undefined) {
     view.root.append(el("div", { class: "cost", text: `${m.input_tokens} in / ${m.output_tokens} out tokens${m.cost_usd ? ` · $${m.cost_usd.toFixed(4)}` : ""}` }));
   }
+  const ended = endNotice(m);
+  if (ended) view.root.append(ended);
   addTraceButton(view.root, m.id);
   if (append) $("messages").append(view.root);
   return view.root;
+}
+
+/// How a stored answer ended, when not by finishing: the error its turn reported (as the live
+/// page showed it), or that the budget or a stopped server cut it short.
+function endNotice(m) {
+  const error = m.metadata && m.metadata.error;
+  if (error) return notice("error", `${error.code}: ${error.message}`);
+  if (m.status === "budget_exceeded") return notice("budget", "Stopped: the budget was reached.");
+  if (m.status === "interrupted") return notice("error", "Interrupted: the server stopped before this answer finished.");
+  return null;
 }
 
 /// A "Trace" toggle under an assistant message: everything the turn did, in order, with full

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use weft_core::{TurnEnd, TurnOutcome};
-use weft_protocol::{MessageContent, PermissionMode, StoredMessage};
+use weft_protocol::{ErrorCode, MessageContent, PermissionMode, StoredMessage};
 use weft_store::{MessageRow, NewMessage, WriteOp};
 
 /// Identifies the turn being written.
@@ -44,6 +44,21 @@ pub fn end_status(end: &TurnEnd) -> &'static str {
     }
 }
 
+/// The error a turn that ended so tells its clients (its message keeps it in `metadata.error`,
+/// so a reload still shows it).
+pub fn end_error(end: &TurnEnd, provider: &str) -> Option<(ErrorCode, String)> {
+    match end {
+        TurnEnd::ProviderError(message) => Some((
+            ErrorCode::ProviderError,
+            format!("{provider} failed: {message}"),
+        )),
+        TurnEnd::ToolAborted(message) | TurnEnd::Failed(message) => {
+            Some((ErrorCode::Internal, message.clone()))
+        }
+        TurnEnd::Completed | TurnEnd::BudgetExceeded(_) | TurnEnd::Cancelled => None,
+    }
+}
+
 /// The assistant message as it stands while the turn runs.
 pub fn running_message(record: &TurnRecord<'_>) -> NewMessage {
     NewMessage {
@@ -70,6 +85,9 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
     let mut metadata = run_metadata(record);
     if let Some(plan) = &outcome.plan {
         metadata["plan"] = json!(plan);
+    }
+    if let Some((code, message)) = end_error(&outcome.end, record.provider) {
+        metadata["error"] = json!({"code": code, "message": message});
     }
     // Text alone, or (with generated media) the text then the media as parts.
     let content = if outcome.attachments.is_empty() {

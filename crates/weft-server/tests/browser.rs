@@ -54,6 +54,7 @@ fn script() -> Value {
                 {"name": "run_node", "arguments": {"node_type": "text.template", "inputs": {"template": "one"}}},
                 {"name": "run_node", "arguments": {"node_type": "text.template", "inputs": {"template": "two"}}}]},
             {"text": "both handled"}]},
+        {"match": "broken", "steps": [{"error": {"kind": "http_status", "status": 500}}]},
         {"match": "markdown", "steps": [{"chunks": [
             "# Plan\n\nSome **bold** and a [link](https://example.com/docs).\n\n",
             "- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```rust\nfn main() {}\n",
@@ -942,5 +943,42 @@ async fn axe_finds_nothing_serious_on_the_page_light_dark_or_phone() {
         assert!(found.is_empty(), "dark: {dark}: {found:#?}");
         b.close().await;
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("broken please").await;
+    let error = "document.querySelector('.notice.error')?.textContent";
+    let shown = b.wait(error).await;
+    assert!(shown.as_str().unwrap().starts_with("provider_error: "), "{shown}");
+    b.wait("!window.weft.state.running").await;
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    assert_eq!(b.wait(error).await, shown, "the error is still there after a reload");
+
+    // Reloaded mid-answer: one answer, resumed, and no empty one above it.
+    b.click("#new-thread").await;
+    b.say("slow please").await;
+    b.wait(&format!("{ANSWER}?.startsWith('one')")).await;
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    b.wait(&format!("{ANSWER} === 'one two three four'")).await;
+    b.wait("!window.weft.state.running").await;
+    assert_eq!(
+        b.js("document.querySelectorAll('.message.assistant').length").await,
+        json!(1)
+    );
+    assert_eq!(
+        b.js("[...document.querySelectorAll('.message.assistant .cost')].map(c => c.textContent.includes('0 in / 0 out'))").await,
+        json!([false])
+    );
+    b.close().await;
     server.stop().await;
 }

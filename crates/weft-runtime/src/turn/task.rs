@@ -21,7 +21,7 @@ use super::start::Claim;
 use crate::leases::TurnLease;
 use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
-use crate::persist::{end_status, finish_turn, running_message, TurnRecord};
+use crate::persist::{end_error, end_status, finish_turn, running_message, TurnRecord};
 use crate::record::history::provider_history;
 use crate::record::resume_point::ResumePoint;
 use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
@@ -467,15 +467,8 @@ impl TurnTask {
                 );
             }
         };
-        match &outcome.end {
-            TurnEnd::ProviderError(message) => self.publish_error(
-                ErrorCode::ProviderError,
-                format!("{} failed: {message}", self.provider_name),
-            ),
-            TurnEnd::ToolAborted(message) | TurnEnd::Failed(message) => {
-                self.publish_error(ErrorCode::Internal, message.clone())
-            }
-            TurnEnd::Completed | TurnEnd::BudgetExceeded(_) | TurnEnd::Cancelled => {}
+        if let Some((code, message)) = end_error(&outcome.end, &self.provider_name) {
+            self.publish_error(code, message);
         }
         self.publish_done();
     }
