@@ -4,8 +4,8 @@
 
 import { WeftClient } from "./weft-client.js";
 import { initWorkflows, onWorkflowFrame, runClientTool, chatContext, MANIFEST } from "./workflows.js";
-import { setMarkdown, appendMarkdown, aroundRender } from "./markdown.js";
-import { el, userMessage, assistantMessage, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView, citationsView } from "./render.js";
+import { setMarkdown, appendMarkdown, aroundRender, markdownOf } from "./markdown.js";
+import { el, userMessage, assistantMessage, textBlock, placeCard, planView, toolCard, finishCard, notice, costLine, approvalCard, traceView, citationsView } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 const MODES = { plan: "Plan", default: "Default", auto: "Auto" };
@@ -115,13 +115,29 @@ async function openThread(id) {
   const messages = await res.json();
   // A running answer is not drawn from the store: its turn's frames replay it below.
   const running = messages.some((m) => m.role === "assistant" && m.status === "running");
-  for (const m of messages) if (!(m.role === "assistant" && m.status === "running")) renderStored(m);
+  const rounds = await roundsOf(id);
+  for (const m of messages) if (!(m.role === "assistant" && m.status === "running")) renderStored(m, true, rounds.get(m.id));
   if ((meta && meta.active) || running) {
     // A turn is still running (another tab, or before a reload): replay it and follow it.
     state.lastSeq[id] = 0;
     socket.send({ command: "resume_chat", data: { thread_id: id, last_seq: 0 } });
   }
   scrollDown();
+}
+
+/// Each answer's rounds, from the thread's record: a round's text, then each call it made.
+async function roundsOf(threadId) {
+  const rounds = new Map();
+  const res = await fetch(`/threads/${threadId}/items`, { headers: headers() });
+  if (!res.ok) return rounds;
+  for (const item of await res.json()) {
+    if (item.kind !== "assistant" || !item.message_id) continue;
+    const list = rounds.get(item.message_id) ?? [];
+    list.push({ text: item.text });
+    for (const call of item.tool_calls || []) list.push({ call: call.id });
+    rounds.set(item.message_id, list);
+  }
+  return rounds;
 }
 
 function newThread() {
@@ -136,12 +152,33 @@ function newThread() {
 }
 
 /// A persisted message, with its execution tree rebuilt as nested cards; appended to the
-/// page unless `append` is false. Returns its element.
-function renderStored(m, append = true) {
+/// page unless `append` is false. `rounds` (from the thread's record) put each round's text
+/// and its calls' cards in the order they happened; without them, the cards come first.
+/// Returns its element.
+function renderStored(m, append = true, rounds = []) {
   const text = typeof m.content === "string" ? m.content : (m.content || []).filter((p) => p.type === "text").map((p) => p.text).join("\n");
   if (m.role === "user") { const u = userMessage(text); if (append) $("messages").append(u); return u; }
   const view = assistantMessage();
-  setMarkdown(view.text, text);
+  const roots = [];
+  for (const node of (m.execution_tree && m.execution_tree.nodes) || []) {
+    const parent = node.parent_id ? state.cards.get(node.parent_id) : null;
+    const depth = parent ? Number(parent.dataset.depth) + 1 : 0;
+    const card = toolCard({ id: node.id, name: node.name, title: node.title, args: shownArgs(node.name, node.args_preview), depth });
+    finishCard(card, { result: node.result_preview, isError: node.is_error, durationMs: node.duration_ms });
+    if (!node.is_error) showImage(card, node.result_preview);
+    state.cards.set(node.id, card);
+    if (parent) parent.querySelector(":scope > .body > .children").append(card); else roots.push(card);
+  }
+  const placed = new Set();
+  let roundText = "";
+  for (const round of rounds) {
+    if (round.text) { roundText += round.text; setMarkdown(textBlock(view), round.text); view.text = null; }
+    const card = roots.find((c) => c.dataset.id === round.call);
+    if (card && !placed.has(card)) { placeCard(view, card); placed.add(card); }
+  }
+  for (const card of roots) if (!placed.has(card)) placeCard(view, card);
+  // Text the record does not hold by round (code mode writes through output()).
+  if (!roundText.trim() && text) setMarkdown(textBlock(view), text);
   // Generated media (route 2) after the text.
   for (const part of Array.isArray(m.content) ? m.content : []) {
     const media = part.type === "image_url" ? mediaView(part.image_url, "image/")
@@ -150,15 +187,6 @@ function renderStored(m, append = true) {
   }
   view.root.dataset.id = m.id;
   if (m.metadata && m.metadata.plan) view.root.prepend(planView("done", m.metadata.plan, false));
-  for (const node of (m.execution_tree && m.execution_tree.nodes) || []) {
-    const parent = node.parent_id ? state.cards.get(node.parent_id) : null;
-    const depth = parent ? Number(parent.dataset.depth) + 1 : 0;
-    const card = toolCard({ id: node.id, name: node.name, title: node.title, args: shownArgs(node.name, node.args_preview), depth });
-    finishCard(card, { result: node.result_preview, isError: node.is_error, durationMs: node.duration_ms });
-    if (!node.is_error) showImage(card, node.result_preview);
-    state.cards.set(node.id, card);
-    (parent ? parent.querySelector(":scope > .body > .children") : view.tools).append(card);
-  }
   if (append && m.cost_usd !== undefined && m.input_tokens !== undefined) {
     view.root.append(el("div", { class: "cost", text: `${m.input_tokens} in / ${m.output_tokens} out tokens${m.cost_usd ? ` · $${m.cost_usd.toFixed(4)}` : ""}` }));
   }
@@ -218,13 +246,15 @@ function onFrame(f) {
       // The server running the turn stopped and another took it up: its answer so far
       // replaces what streamed (a cut round's text streams again); the cards stay.
       ensureLive();
-      setMarkdown(state.live.text, f.content);
+      for (const block of state.live.flow.querySelectorAll(":scope > .text")) block.remove();
+      state.live.text = null;
+      setMarkdown(textBlock(state.live), f.content);
       setRunning(true);
       break;
     case "chunk":
       if (f.done) { finishTurn(); break; }
       ensureLive();
-      if (!f.depth) appendMarkdown(state.live.text, f.content);
+      if (!f.depth) appendMarkdown(textBlock(state.live), f.content);
       else {
         const parent = state.cards.get(f.parent_id);
         if (parent) parent.querySelector(":scope > .body > .stream").textContent += f.content;
@@ -259,17 +289,7 @@ function onFrame(f) {
       if (f.ends_turn !== false) $("messages").append(notice("budget", `Budget reached: ${f.reason.replace("_", " ")} (limit ${f.limit}, used ${f.observed}). The turn stopped; what it produced is kept.`));
       break;
     case "cost_summary": ensureLive(); state.live.root.append(costLine(f)); break;
-    case "message": {
-      // The stored message is the truth: it replaces what streamed (frames missed while
-      // disconnected included).
-      const cost = state.live && state.live.root.querySelector(":scope > .cost");
-      const sources = state.live && state.live.root.querySelector(":scope > .citations");
-      const stored = renderStored(f.message, false);
-      if (state.live) { state.live.root.replaceWith(stored); if (sources) stored.append(sources); if (cost) stored.append(cost); }
-      else $("messages").append(stored);
-      state.live = { root: stored, text: stored.querySelector(".text"), tools: stored.querySelector(".tools") };
-      break;
-    }
+    case "message": onStoredAnswer(f.message); break;
     case "job_update": case "node_update": onWorkflowFrame(f); break;
     case "mcp_progress": {
       // A long call (an MCP tool) reports how far it has got: a bar in its card.
@@ -295,6 +315,33 @@ function onFrame(f) {
   if (follow) scrollDown();
 }
 
+/// The stored answer at a turn's end. What streamed stays (in the order it happened) when it
+/// says what the store says; otherwise the stored one replaces it (frames missed while
+/// disconnected, say).
+function onStoredAnswer(message) {
+  const live = state.live;
+  const said = (m) => typeof m.content === "string" ? m.content : (m.content || []).filter((p) => p.type === "text").map((p) => p.text).join("\n");
+  const streamed = live ? [...live.flow.querySelectorAll(":scope > .text")].map(markdownOf).join("") : null;
+  const nodes = (message.execution_tree && message.execution_tree.nodes) || [];
+  if (live && streamed === said(message) && nodes.every((n) => state.cards.has(n.id))) {
+    for (const node of nodes) finishCard(state.cards.get(node.id), { result: node.result_preview, isError: node.is_error, durationMs: node.duration_ms });
+    for (const part of Array.isArray(message.content) ? message.content : []) {
+      const media = part.type === "image_url" ? mediaView(part.image_url, "image/")
+        : part.type === "audio_url" ? mediaView(part.audio_url, "audio/") : null;
+      if (media) live.root.append(media);
+    }
+    live.root.dataset.id = message.id;
+    addTraceButton(live.root, message.id);
+    return;
+  }
+  const cost = live && live.root.querySelector(":scope > .cost");
+  const sources = live && live.root.querySelector(":scope > .citations");
+  const stored = renderStored(message, false);
+  if (live) { live.root.replaceWith(stored); if (sources) stored.append(sources); if (cost) stored.append(cost); }
+  else $("messages").append(stored);
+  state.live = { root: stored, flow: stored.querySelector(".flow"), text: null };
+}
+
 function ensureLive() {
   if (!state.live) { state.live = assistantMessage(); $("messages").append(state.live.root); }
 }
@@ -306,7 +353,7 @@ function onToolUpdate(f) {
     const card = toolCard({ id: f.tool_call_id, name: f.name, title: f.args && f.name === "run_subtask" ? f.args.title : undefined, args: shownArgs(f.name, f.args), depth: f.depth || 0 });
     state.cards.set(f.tool_call_id, card);
     const parent = f.parent_id ? state.cards.get(f.parent_id) : null;
-    (parent ? parent.querySelector(":scope > .body > .children") : state.live.tools).append(card);
+    if (parent) parent.querySelector(":scope > .body > .children").append(card); else placeCard(state.live, card);
   } else {
     const card = state.cards.get(f.tool_call_id);
     if (card) finishCard(card, { result: f.result, isError: f.is_error, durationMs: f.metadata && f.metadata.execution_time_ms });

@@ -27,11 +27,27 @@ export function userMessage(text) {
   return el("div", { class: "message user" }, el("div", { class: "text", text }));
 }
 
+/// An answer: its `flow` holds, in the order they happened, a text block per round of the
+/// model and the cards of the calls it made; `text` is the block being written, if any.
 export function assistantMessage() {
-  const text = el("div", { class: "text" });
-  const tools = el("div", { class: "tools" });
-  const root = el("div", { class: "message assistant" }, tools, text);
-  return { root, text, tools };
+  const flow = el("div", { class: "flow" });
+  const root = el("div", { class: "message assistant" }, flow);
+  return { root, flow, text: null };
+}
+
+/// The answer's current text block (a new one after a card).
+export function textBlock(view) {
+  if (!view.text) {
+    view.text = el("div", { class: "text" });
+    view.flow.append(view.text);
+  }
+  return view.text;
+}
+
+/// A root call's card, after what came before it; the next text starts a new block.
+export function placeCard(view, card) {
+  view.flow.append(card);
+  view.text = null;
 }
 
 /// The planner's plan above an answer, collapsible: `started` (planning…), `done`, `failed`.

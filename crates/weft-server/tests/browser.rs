@@ -54,6 +54,10 @@ fn script() -> Value {
                 {"name": "run_node", "arguments": {"node_type": "text.template", "inputs": {"template": "one"}}},
                 {"name": "run_node", "arguments": {"node_type": "text.template", "inputs": {"template": "two"}}}]},
             {"text": "both handled"}]},
+        {"match": "in order", "steps": [
+            {"text": "First I note it.", "tool_calls": [{"name": "memory_write", "arguments": {"key": "k", "value": "v"}}]},
+            {"text": "Then I read it back.", "tool_calls": [{"name": "memory_read", "arguments": {"key": "k"}}]},
+            {"chunks": ["All ", "done."]}]},
         {"match": "broken", "steps": [{"error": {"kind": "http_status", "status": 500}}]},
         {"match": "markdown", "steps": [{"chunks": [
             "# Plan\n\nSome **bold** and a [link](https://example.com/docs).\n\n",
@@ -979,6 +983,31 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
         b.js("[...document.querySelectorAll('.message.assistant .cost')].map(c => c.textContent.includes('0 in / 0 out'))").await,
         json!([false])
     );
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn text_and_cards_show_in_the_order_they_happened_live_and_after_a_reload() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("in order please").await;
+    b.wait(&format!("{ANSWER}?.endsWith('All done.')")).await;
+    b.wait("!window.weft.state.running").await;
+    let flow = "Array.from([...document.querySelectorAll('.message.assistant')].pop().querySelector('.flow').children, (c) => c.classList.contains('text') ? c.textContent.trim() : c.dataset.name)";
+    let expected = json!([
+        "First I note it.", "memory_write",
+        "Then I read it back.", "memory_read",
+        "All done."
+    ]);
+    assert_eq!(b.js(flow).await, expected, "live");
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    b.wait(&format!("{ANSWER}?.endsWith('All done.')")).await;
+    assert_eq!(b.js(flow).await, expected, "after a reload");
     b.close().await;
     server.stop().await;
 }

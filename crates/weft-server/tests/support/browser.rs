@@ -206,6 +206,6 @@ impl Browser {
     }
 }
 
-/// The text of the newest answer on the page, as rendered (Markdown), ends trimmed.
-pub const ANSWER: &str =
-    "document.querySelector('.message.assistant:last-of-type .text')?.textContent.trim()";
+/// The text of the newest answer on the page, as rendered (Markdown): its blocks (one per
+/// round of the model), each trimmed, joined by a space.
+pub const ANSWER: &str = "(() => { const m = [...document.querySelectorAll('.message.assistant')].pop(); return m && Array.from(m.querySelectorAll(':scope > .flow > .text'), (t) => t.textContent.trim()).filter(Boolean).join(' '); })()";
