@@ -51,8 +51,13 @@ async function loadThreads() {
   const threads = await res.json();
   const list = $("threads");
   list.replaceChildren(...threads.map((t) => {
-    const open = el("button", { type: "button", text: t.title || "Untitled" });
-    const li = el("li", { "data-id": t.id }, open);
+    const title = t.title || "Untitled";
+    const open = el("button", { type: "button", class: "thread-open", text: title });
+    const rename = el("button", { type: "button", class: "thread-action", "data-action": "rename", title: "Rename", "aria-label": `Rename “${title}”`, text: "✎" });
+    const remove = el("button", { type: "button", class: "thread-action", "data-action": "delete", title: "Delete", "aria-label": `Delete “${title}”`, text: "✕" });
+    const li = el("li", { "data-id": t.id }, open, rename, remove);
+    rename.onclick = () => renameThread(li, t);
+    remove.onclick = () => deleteThread(t);
     if (t.id === state.threadId) {
       li.classList.add("current");
       // A new chat's header takes its title once the server has one (its first message).
@@ -60,10 +65,46 @@ async function loadThreads() {
     }
     if (t.active) li.classList.add("active");
     if (t.id === state.threadId) open.setAttribute("aria-current", "page");
-    li.onclick = () => { showDrawer(false); openThread(t.id); };
+    open.onclick = () => { showDrawer(false); openThread(t.id); };
     return li;
   }));
   return threads;
+}
+
+/// Rename a chat in place: its name becomes a field; Enter saves, Esc (or leaving it) keeps it.
+function renameThread(li, thread) {
+  const field = el("input", { class: "thread-rename", "aria-label": "New name", maxlength: "200" });
+  field.value = thread.title || "";
+  li.replaceChildren(field);
+  field.focus();
+  field.select();
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    const title = field.value.trim();
+    if (save && title && title !== thread.title) {
+      const res = await fetch(`/threads/${encodeURIComponent(thread.id)}`, {
+        method: "PATCH", headers: { ...headers(), "Content-Type": "application/json" }, body: JSON.stringify({ title }),
+      });
+      if (res.ok && thread.id === state.threadId) $("thread-title").textContent = title;
+    }
+    await loadThreads();
+    $("threads").querySelector(`li[data-id="${CSS.escape(thread.id)}"] .thread-open`)?.focus();
+  };
+  field.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") { e.preventDefault(); finish(true); }
+    else if (e.key === "Escape") { e.preventDefault(); e.stopPropagation(); finish(false); }
+  });
+  field.addEventListener("blur", () => finish(false));
+}
+
+/// Delete a chat and everything in it, once the user confirms.
+async function deleteThread(thread) {
+  if (!confirm(`Delete “${thread.title || "Untitled"}” and everything in it?`)) return;
+  const res = await fetch(`/threads/${encodeURIComponent(thread.id)}`, { method: "DELETE", headers: headers() });
+  if (!res.ok && res.status !== 404) return;
+  if (thread.id === state.threadId) newThread(); else loadThreads();
 }
 
 /// The agents the user may pick (the server's default first).

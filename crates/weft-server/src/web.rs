@@ -43,7 +43,10 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/markdown.js", get(|| async { file(JS, MARKDOWN) }))
         .route("/vendor/marked.js", get(|| async { file(JS, MARKED) }))
         .route("/vendor/purify.js", get(|| async { file(JS, PURIFY) }))
-        .route("/vendor/highlight.js", get(|| async { file(JS, HIGHLIGHT) }))
+        .route(
+            "/vendor/highlight.js",
+            get(|| async { file(JS, HIGHLIGHT) }),
+        )
         .route(
             "/style.css",
             get(|| async { file("text/css; charset=utf-8", STYLE) }),

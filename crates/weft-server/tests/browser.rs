@@ -93,7 +93,7 @@ async fn a_question_streams_its_answer() {
     b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
     b.wait("document.querySelector('.message.assistant .cost')")
         .await;
-    b.wait("document.querySelector('#threads li')?.textContent === 'hi'")
+    b.wait("document.querySelector('#threads li .thread-open')?.textContent === 'hi'")
         .await;
     b.shot("streamed-answer").await;
     b.close().await;
@@ -124,7 +124,7 @@ async fn subtasks_show_nested_cards_and_a_reload_shows_the_same_tree() {
     b.client.refresh().await.unwrap();
     b.wait("document.getElementById('connection').classList.contains('up')")
         .await;
-    b.click("#threads li").await;
+    b.click("#threads li .thread-open").await;
     b.wait(&format!("{ANSWER} === 'A and B differ.'")).await;
     b.wait("document.querySelectorAll('.tool-card').length === 3")
         .await;
@@ -203,7 +203,7 @@ async fn an_agent_picked_for_a_thread_plans_and_the_plan_shows_above_the_answer(
     b.client.refresh().await.unwrap();
     b.wait("document.getElementById('connection').classList.contains('up')")
         .await;
-    b.click("#threads li").await;
+    b.click("#threads li .thread-open").await;
     b.wait(&format!("{ANSWER} === 'Here is your day.'")).await;
     assert_eq!(b.wait(plan).await, json!(["1. wake up\n2. work", "done"]));
     assert_eq!(
@@ -731,7 +731,11 @@ async fn on_a_phone_the_chats_are_a_drawer_the_composer_shows_and_nothing_scroll
     assert_eq!(b.js("[innerWidth, innerHeight]").await, json!([390, 844]));
     let fits = |css: &str| format!("({FITS})('{css}')");
     let drawer_shut = "document.getElementById('sidebar').getBoundingClientRect().right <= 0";
-    assert_eq!(b.js(drawer_shut).await, json!(true), "the chat list starts shut");
+    assert_eq!(
+        b.js(drawer_shut).await,
+        json!(true),
+        "the chat list starts shut"
+    );
     for css in ["#input", "#send", "#mode-button", "#menu-button"] {
         assert_eq!(b.js(&fits(css)).await, json!(true), "{css} is on screen");
     }
@@ -756,7 +760,7 @@ async fn on_a_phone_the_chats_are_a_drawer_the_composer_shows_and_nothing_scroll
     b.wait("document.querySelectorAll('#threads li').length === 2")
         .await;
     b.doc_shot("phone-chats").await;
-    b.click("#threads li:last-child button").await;
+    b.click("#threads li:last-child .thread-open").await;
     b.wait(drawer_shut).await;
     b.wait("document.getElementById('thread-title').textContent === 'markdown please'")
         .await;
@@ -771,7 +775,8 @@ async fn on_a_phone_the_chats_are_a_drawer_the_composer_shows_and_nothing_scroll
     b.click("#workflows-toggle").await;
     b.wait("(() => { const r = document.getElementById('workflow-panel').getBoundingClientRect(); return r.left === 0 && r.width === innerWidth; })()").await;
     b.click("#workflow-close").await;
-    b.wait("document.getElementById('workflow-panel').hidden").await;
+    b.wait("document.getElementById('workflow-panel').hidden")
+        .await;
     assert_eq!(b.js(&fits("#send")).await, json!(true));
     b.close().await;
     server.stop().await;
@@ -864,8 +869,20 @@ async fn the_page_is_dark_when_the_system_is() {
     let lightness = "(css, prop) => { const [r, g, b] = getComputedStyle(document.querySelector(css))[prop].match(/\\d+/g).map(Number); return (r + g + b) / 3; }";
     let of = |css: &str, prop: &str| format!("({lightness})('{css}', '{prop}')");
     assert!(b.js(&of("body", "backgroundColor")).await.as_f64().unwrap() < 60.0);
-    assert!(b.js(&of("#composer", "backgroundColor")).await.as_f64().unwrap() < 60.0);
-    assert!(b.js(&of(".message.assistant .text", "color")).await.as_f64().unwrap() > 180.0);
+    assert!(
+        b.js(&of("#composer", "backgroundColor"))
+            .await
+            .as_f64()
+            .unwrap()
+            < 60.0
+    );
+    assert!(
+        b.js(&of(".message.assistant .text", "color"))
+            .await
+            .as_f64()
+            .unwrap()
+            > 180.0
+    );
     b.doc_shot("desktop-dark").await;
     b.viewport(390, 844).await;
     b.doc_shot("phone-dark").await;
@@ -913,7 +930,11 @@ async fn axe_finds_nothing_serious_on_the_page_light_dark_or_phone() {
     let server = TestServer::start(script()).await;
     let serious = ["serious", "critical"];
     for dark in [false, true] {
-        let b = if dark { Browser::start_dark().await } else { Browser::start().await };
+        let b = if dark {
+            Browser::start_dark().await
+        } else {
+            Browser::start().await
+        };
         b.open(&server.url("/")).await;
         let mut found = b.accessibility_violations(&serious).await;
         // An answer with cards, Markdown and code, then a pending approval.
@@ -923,7 +944,8 @@ async fn axe_finds_nothing_serious_on_the_page_light_dark_or_phone() {
         // (Each in a chat of its own: the scripted model follows a chat's first message.)
         b.click("#new-thread").await;
         b.say("markdown please").await;
-        b.wait("!window.weft.state.running && document.querySelector('.copy-code')").await;
+        b.wait("!window.weft.state.running && document.querySelector('.copy-code')")
+            .await;
         found.extend(b.accessibility_violations(&serious).await);
         b.click("#new-thread").await;
         b.say("an enormous file please").await;
@@ -959,12 +981,19 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
     b.say("broken please").await;
     let error = "document.querySelector('.notice.error')?.textContent";
     let shown = b.wait(error).await;
-    assert!(shown.as_str().unwrap().starts_with("provider_error: "), "{shown}");
+    assert!(
+        shown.as_str().unwrap().starts_with("provider_error: "),
+        "{shown}"
+    );
     b.wait("!window.weft.state.running").await;
     b.client.refresh().await.unwrap();
     b.wait("document.getElementById('connection').classList.contains('up')")
         .await;
-    assert_eq!(b.wait(error).await, shown, "the error is still there after a reload");
+    assert_eq!(
+        b.wait(error).await,
+        shown,
+        "the error is still there after a reload"
+    );
 
     // Reloaded mid-answer: one answer, resumed, and no empty one above it.
     b.click("#new-thread").await;
@@ -976,7 +1005,8 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
     b.wait(&format!("{ANSWER} === 'one two three four'")).await;
     b.wait("!window.weft.state.running").await;
     assert_eq!(
-        b.js("document.querySelectorAll('.message.assistant').length").await,
+        b.js("document.querySelectorAll('.message.assistant').length")
+            .await,
         json!(1)
     );
     assert_eq!(
@@ -998,8 +1028,10 @@ async fn text_and_cards_show_in_the_order_they_happened_live_and_after_a_reload(
     b.wait("!window.weft.state.running").await;
     let flow = "Array.from([...document.querySelectorAll('.message.assistant')].pop().querySelector('.flow').children, (c) => c.classList.contains('text') ? c.textContent.trim() : c.dataset.name)";
     let expected = json!([
-        "First I note it.", "memory_write",
-        "Then I read it back.", "memory_read",
+        "First I note it.",
+        "memory_write",
+        "Then I read it back.",
+        "memory_read",
         "All done."
     ]);
     assert_eq!(b.js(flow).await, expected, "live");
@@ -1008,6 +1040,95 @@ async fn text_and_cards_show_in_the_order_they_happened_live_and_after_a_reload(
         .await;
     b.wait(&format!("{ANSWER}?.endsWith('All done.')")).await;
     assert_eq!(b.js(flow).await, expected, "after a reload");
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_chat_is_renamed_and_deleted_from_the_list() {
+    use fantoccini::key::Key;
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("first chat").await;
+    b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
+    b.wait("!window.weft.state.running").await;
+    b.click("#new-thread").await;
+    b.say("second chat").await;
+    b.wait(&format!("{ANSWER} === 'Hello there!'")).await;
+    b.wait("!window.weft.state.running").await;
+    let names =
+        "Array.from(document.querySelectorAll('#threads .thread-open'), (b) => b.textContent)";
+    b.wait("document.querySelectorAll('#threads li').length === 2")
+        .await;
+    // The actions show on focus (on hover with a mouse); the current chat is renamed in place.
+    let action =
+        |which: &str| format!("#threads li:first-child .thread-action[data-action={which}]");
+    b.js(&format!(
+        "(document.querySelector('{}').focus(), true)",
+        action("rename")
+    ))
+    .await;
+    b.click(&action("rename")).await;
+    b.wait("document.activeElement.classList.contains('thread-rename')")
+        .await;
+    // Its name is selected: typing replaces it.
+    b.press("Trip plans").await;
+    b.press(&Key::Enter).await;
+    b.wait("document.getElementById('thread-title').textContent === 'Trip plans'")
+        .await;
+    assert_eq!(
+        b.wait(&format!("{names}.includes('Trip plans') && {names}"))
+            .await,
+        json!(["Trip plans", "first chat"])
+    );
+    // Esc leaves the name as it was.
+    b.js(&format!(
+        "(document.querySelector('{}').focus(), true)",
+        action("rename")
+    ))
+    .await;
+    b.click(&action("rename")).await;
+    b.wait("document.activeElement.classList.contains('thread-rename')")
+        .await;
+    b.press("never mind").await;
+    b.press(&Key::Escape).await;
+    b.wait("!document.querySelector('.thread-rename')").await;
+    assert_eq!(b.js(names).await, json!(["Trip plans", "first chat"]));
+    b.client.refresh().await.unwrap();
+    b.wait("document.getElementById('connection').classList.contains('up')")
+        .await;
+    assert_eq!(
+        b.wait(&format!("{names}.length === 2 && {names}")).await,
+        json!(["Trip plans", "first chat"])
+    );
+
+    // Deleting asks first; the open chat deleted leaves a new one on screen.
+    b.js(&format!(
+        "(document.querySelector('{}').focus(), true)",
+        action("delete")
+    ))
+    .await;
+    b.click(&action("delete")).await;
+    b.client.dismiss_alert().await.unwrap();
+    assert_eq!(b.js(&format!("{names}.length")).await, json!(2));
+    b.js(&format!(
+        "(document.querySelector('{}').focus(), true)",
+        action("delete")
+    ))
+    .await;
+    b.click(&action("delete")).await;
+    b.client.accept_alert().await.unwrap();
+    b.wait(&format!("{names}.length === 1")).await;
+    assert_eq!(b.js(names).await, json!(["first chat"]));
+    assert_eq!(
+        b.js("document.getElementById('thread-title').textContent")
+            .await,
+        json!("New chat")
+    );
+    let (_, listed) = server.get("/threads", None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
     b.close().await;
     server.stop().await;
 }

@@ -121,6 +121,78 @@ async fn deleting_a_thread_removes_it_and_its_records() {
 }
 
 #[tokio::test]
+async fn a_thread_is_renamed_by_its_owner_only() {
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "hi", "repeat": true}]}]}),
+        |c| {
+            c.auth.api_keys = vec![
+                ApiKeyEntry {
+                    key: "k-alice".into(),
+                    user: "alice".into(),
+                },
+                ApiKeyEntry {
+                    key: "k-bob".into(),
+                    user: "bob".into(),
+                },
+            ]
+        },
+    )
+    .await;
+    let mut alice = server.client_with_key(Some("k-alice")).await.unwrap();
+    alice.chat(None, "hello there", json!({})).await;
+    let thread = thread_of(&alice.turn().await);
+    let path = format!("/threads/{thread}");
+    let patch = reqwest::Method::PATCH;
+
+    let (status, body) = server
+        .call(
+            patch.clone(),
+            &path,
+            Some("k-alice"),
+            Some(json!({"title": "  Trip plans "})),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["title"], &body["id"]),
+        (200, &json!("Trip plans"), &json!(thread))
+    );
+    let (_, listed) = server.get("/threads", Some("k-alice")).await;
+    assert_eq!(listed[0]["title"], "Trip plans");
+
+    for bad in [
+        json!({"title": "   "}),
+        json!({"title": "x".repeat(201)}),
+        json!({"name": "x"}),
+    ] {
+        let (status, body) = server
+            .call(patch.clone(), &path, Some("k-alice"), Some(bad))
+            .await;
+        assert_eq!(status, 422, "{body}");
+    }
+    let (status, _) = server
+        .call(
+            patch.clone(),
+            &path,
+            Some("k-bob"),
+            Some(json!({"title": "mine now"})),
+        )
+        .await;
+    assert!(status == 403 || status == 404, "{status}");
+    let (status, _) = server
+        .call(
+            patch,
+            "/threads/nope",
+            Some("k-alice"),
+            Some(json!({"title": "x"})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (_, listed) = server.get("/threads", Some("k-alice")).await;
+    assert_eq!(listed[0]["title"], "Trip plans");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn health_and_metrics() {
     let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
         {"tool_calls": [{"name": "memory_list", "arguments": {}}], "usage": {"input_tokens": 10, "output_tokens": 2}},

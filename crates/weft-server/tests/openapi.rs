@@ -71,7 +71,7 @@ fn every_operation_is_described() {
             }
         }
     }
-    assert_eq!(operations, 31, "the REST API's operations");
+    assert_eq!(operations, 32, "the REST API's operations");
 }
 
 #[tokio::test]

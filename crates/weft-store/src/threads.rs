@@ -69,6 +69,16 @@ impl Store {
         Ok(())
     }
 
+    /// Rename a thread; false when there is none.
+    pub async fn set_thread_title(&self, id: &str, title: &str) -> Result<bool> {
+        let done = sqlx::query("UPDATE threads SET title = $1 WHERE id = $2")
+            .bind(title)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     pub async fn touch_thread(&self, id: &str) -> Result<()> {
         sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2")
             .bind(now_ms())

@@ -132,6 +132,10 @@ fn thread_routes() -> ApiRouter<Arc<ServerState>> {
                     "threads",
                     "Delete a thread (its running turn stopped first)",
                 ),
+            )
+            .patch_with(
+                threads::rename,
+                op("renameThread", "threads", "Rename a thread"),
             ),
         )
         .api_route(

@@ -1,5 +1,6 @@
 //! `/threads`: the caller's threads, a thread's messages, its whole record (`/items`), one
-//! turn's trace, and deleting a thread (its running turn stopped first, its files with it).
+//! turn's trace, renaming a thread, and deleting one (its running turn stopped first, its
+//! files with it).
 
 use std::sync::Arc;
 
@@ -7,13 +8,15 @@ use axum::extract::{Path, State};
 use axum::response::NoContent;
 use axum::Json;
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weft_protocol::{ErrorCode, PermissionMode, RecordEntry, RecordItem, StoredMessage};
 use weft_runtime::persist::{rfc3339, to_wire};
 use weft_runtime::record::views::{thread_record, turn_trace};
+use weft_runtime::Runtime;
+use weft_store::ThreadRow;
 
 use super::paths::{MessagePath, ThreadPath};
-use super::{identifier, ApiError, Rest};
+use super::{identifier, ApiError, JsonBody, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
 
@@ -54,23 +57,60 @@ pub async fn list(
         .threads_of(&user.id)
         .await
         .map_err(ApiError::internal)?;
-    let body: Vec<_> = threads
-        .iter()
-        .map(|t| ThreadSummary {
-            id: t.id.clone(),
-            title: t.title.clone(),
-            permission_mode: PermissionMode::parse(&t.permission_mode).unwrap_or_default(),
-            agent: t
-                .agent
-                .as_deref()
-                .unwrap_or(weft_protocol::DEFAULT_AGENT)
-                .to_owned(),
-            created_at: rfc3339(t.created_at),
-            updated_at: rfc3339(t.updated_at),
-            active: runtime.hub.get(&t.id).is_some_and(|r| r.is_active()),
-        })
-        .collect();
-    Ok(Json(body))
+    Ok(Json(threads.iter().map(|t| summary(runtime, t)).collect()))
+}
+
+fn summary(runtime: &Runtime, t: &ThreadRow) -> ThreadSummary {
+    ThreadSummary {
+        id: t.id.clone(),
+        title: t.title.clone(),
+        permission_mode: PermissionMode::parse(&t.permission_mode).unwrap_or_default(),
+        agent: t
+            .agent
+            .as_deref()
+            .unwrap_or(weft_protocol::DEFAULT_AGENT)
+            .to_owned(),
+        created_at: rfc3339(t.created_at),
+        updated_at: rfc3339(t.updated_at),
+        active: runtime.hub.get(&t.id).is_some_and(|r| r.is_active()),
+    }
+}
+
+/// What `PATCH /threads/{id}` changes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ThreadChange {
+    /// Its new title: 1 to 200 characters (trimmed).
+    #[schemars(length(min = 1, max = 200))]
+    pub title: String,
+}
+
+/// `PATCH /threads/{id}`: rename one of the caller's threads.
+pub async fn rename(
+    State(state): State<Arc<ServerState>>,
+    Path(ThreadPath { id }): Path<ThreadPath>,
+    user: AuthUser,
+    JsonBody(change): JsonBody<ThreadChange>,
+) -> Rest<Json<ThreadSummary>> {
+    let runtime = &state.runtime;
+    runtime.check_owner(&user.id, &id).await?;
+    let title = change.title.trim();
+    if title.is_empty() || title.chars().count() > 200 {
+        return Err(ApiError::invalid_field(
+            "title",
+            "a title is 1 to 200 characters",
+        ));
+    }
+    let store = &runtime.store;
+    store
+        .set_thread_title(&id, title)
+        .await
+        .map_err(ApiError::internal)?;
+    let row = store
+        .thread(&id)
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| ApiError::new(ErrorCode::ThreadNotFound, "no such thread"))?;
+    Ok(Json(summary(runtime, &row)))
 }
 
 /// `GET /threads/{id}/messages`.

@@ -51,9 +51,17 @@ impl Browser {
             .expect("start chromedriver");
         let profile = tempfile::tempdir().unwrap();
         let mut args = json!([
-            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,900",
+            format!("--user-data-dir={}", profile.path().display())
         ]);
         args.as_array_mut()
             .unwrap()
@@ -164,7 +172,10 @@ impl Browser {
         self.client.set_window_size(width, height).await.unwrap();
         // The window's frame, if any, comes off the viewport: make up for it once.
         let inner = self.js("[window.innerWidth, window.innerHeight]").await;
-        let (w, h) = (inner[0].as_u64().unwrap() as u32, inner[1].as_u64().unwrap() as u32);
+        let (w, h) = (
+            inner[0].as_u64().unwrap() as u32,
+            inner[1].as_u64().unwrap() as u32,
+        );
         if (w, h) != (width, height) {
             self.client
                 .set_window_size(2 * width - w, 2 * height - h)
@@ -178,8 +189,9 @@ impl Browser {
     pub async fn accessibility_violations(&self, impacts: &[&str]) -> Vec<String> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../web-fixtures/test/node_modules/axe-core/axe.min.js");
-        let axe = std::fs::read_to_string(&path)
-            .expect("axe-core is needed: scripts/test.sh installs it (npm ci --prefix web-fixtures/test)");
+        let axe = std::fs::read_to_string(&path).expect(
+            "axe-core is needed: scripts/test.sh installs it (npm ci --prefix web-fixtures/test)",
+        );
         self.client.execute(&axe, vec![]).await.unwrap();
         let run = r#"const done = arguments[arguments.length - 1];
             axe.run(document, { resultTypes: ["violations"] })
@@ -191,7 +203,14 @@ impl Browser {
             .unwrap()
             .iter()
             .filter(|v| impacts.iter().any(|i| v["impact"] == *i))
-            .map(|v| format!("{} ({}): {}", v["id"].as_str().unwrap_or("?"), v["impact"], v["targets"]))
+            .map(|v| {
+                format!(
+                    "{} ({}): {}",
+                    v["id"].as_str().unwrap_or("?"),
+                    v["impact"],
+                    v["targets"]
+                )
+            })
             .collect()
     }
 
