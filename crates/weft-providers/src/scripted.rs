@@ -1,7 +1,8 @@
 //! The scripted provider: answers from a script, never from a network (PROTOCOL.md).
 //!
 //! The conversation is the first whose `match` is a substring of the history's first user
-//! message (`"*"` matches anything); the step is the number of assistant messages so far.
+//! message (`"*"` matches anything) and whose `system`, if it has one, is a substring of the
+//! system prompt; the step is the number of assistant messages so far.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +37,9 @@ fn yes() -> bool {
 pub struct Conversation {
     #[serde(rename = "match")]
     pub pattern: String,
+    /// Only when the system prompt holds this (an execution mode's, say).
+    #[serde(default)]
+    pub system: Option<String>,
     pub steps: Vec<Step>,
 }
 
@@ -130,7 +134,11 @@ impl ScriptedProvider {
         Self::from_json(&text)
     }
 
-    fn conversation(&self, messages: &[ChatMessage]) -> Result<&Conversation, ProviderError> {
+    fn conversation(
+        &self,
+        system: &str,
+        messages: &[ChatMessage],
+    ) -> Result<&Conversation, ProviderError> {
         let first_user = messages
             .iter()
             .find(|m| m.role == Role::User)
@@ -139,6 +147,7 @@ impl ScriptedProvider {
         self.script
             .conversations
             .iter()
+            .filter(|c| c.system.as_ref().is_none_or(|s| system.contains(s.as_str())))
             .find(|c| c.pattern == "*" || first_user.contains(&c.pattern))
             .ok_or_else(|| {
                 ProviderError::Other(format!(
@@ -228,7 +237,7 @@ impl Provider for ScriptedProvider {
         request: ProviderRequest,
         cancel: CancellationToken,
     ) -> Result<ProviderStream, ProviderError> {
-        let conversation = self.conversation(&request.messages)?;
+        let conversation = self.conversation(&request.system, &request.messages)?;
         let step = Self::step(conversation, &request.messages)?;
         if let Some(ms) = step.delay_ms {
             tokio::select! {
