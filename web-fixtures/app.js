@@ -242,7 +242,7 @@ function renderStored(m, append = true, rounds = []) {
 /// page showed it), or that the budget or a stopped server cut it short.
 function endNotice(m) {
   const error = m.metadata && m.metadata.error;
-  if (error) return notice("error", `${error.code}: ${error.message}`);
+  if (error) return errorNotice(`${error.code}: ${error.message}`);
   if (m.status === "budget_exceeded") return notice("budget", "Stopped: the budget was reached.");
   if (m.status === "interrupted") return notice("error", "Interrupted: the server stopped before this answer finished.");
   return null;
@@ -351,7 +351,7 @@ function onFrame(f) {
       socket.send({ type: "tool_result", tool_call_id: f.tool_call_id, ...answer });
       break;
     }
-    case "error": $("messages").append(notice("error", `${f.code}: ${f.message}`)); break;
+    case "error": $("messages").append(errorNotice(`${f.code}: ${f.message}`)); break;
   }
   if (follow) scrollDown();
 }
@@ -526,14 +526,30 @@ function setMode(mode, announce) {
 
 function send(e) {
   e.preventDefault();
-  const text = $("input").value.trim();
-  if (!text || state.running) return;
+  if (sendText($("input").value.trim())) $("input").value = "";
+}
+
+/// Sends `text` as the user's next message; whether it went.
+function sendText(text) {
+  if (!text || state.running) return false;
   $("messages").append(userMessage(text));
   const data = { content: text, permission_mode: state.mode, agent: state.agent, mode: state.execMode };
   const context = chatContext();
   if (context) data.chat_context = context;
   startTurn(data);
-  $("input").value = "";
+  return true;
+}
+
+/// An answer's error, with a button sending the message before it again.
+function errorNotice(text) {
+  const view = notice("error", text);
+  const again = el("button", { type: "button", class: "retry", text: "Try again" });
+  again.onclick = () => {
+    const asked = [...$("messages").querySelectorAll(".message.user .text")].pop();
+    if (asked && sendText(asked.textContent)) again.remove();
+  };
+  view.append(" ", again);
+  return view;
 }
 
 function startTurn(data) {

@@ -979,7 +979,7 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
     let b = Browser::start().await;
     b.open(&server.url("/")).await;
     b.say("broken please").await;
-    let error = "document.querySelector('.notice.error')?.textContent";
+    let error = "document.querySelector('.notice.error')?.firstChild.textContent";
     let shown = b.wait(error).await;
     assert!(
         shown.as_str().unwrap().starts_with("provider_error: "),
@@ -994,6 +994,16 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
         shown,
         "the error is still there after a reload"
     );
+    // "Try again" sends the same message again (the script fails it again, as a model that
+    // is still down would).
+    b.click(".notice.error .retry").await;
+    b.wait("document.querySelectorAll('.message.user').length === 2 && document.querySelectorAll('.notice.error').length === 2").await;
+    assert_eq!(
+        b.js("Array.from(document.querySelectorAll('.message.user .text'), (t) => t.textContent)")
+            .await,
+        json!(["broken please", "broken please"])
+    );
+    b.wait("!window.weft.state.running").await;
 
     // Reloaded mid-answer: one answer, resumed, and no empty one above it.
     b.click("#new-thread").await;

@@ -27,7 +27,8 @@ fn started(frames: &[Value]) -> Vec<String> {
 async fn the_classic_demo_runs_two_subtasks_and_a_write() {
     let server = TestServer::start(demo()).await;
     let mut c = server.client().await;
-    c.chat(None, "hello", json!({"permission_mode": "auto"})).await;
+    c.chat(None, "hello", json!({"permission_mode": "auto"}))
+        .await;
     let frames = c.turn().await;
     assert_eq!(
         started(&frames),
@@ -52,10 +53,15 @@ async fn the_code_mode_demo_runs_code_that_calls_tools_in_parallel() {
     let text = text_of(&frames);
     assert!(text.contains("demo in code mode"), "{text}");
     assert!(
-        text.contains("Two calls ran in parallel: memory holds demo, which says \"written from code\""),
+        text.contains(
+            "Two calls ran in parallel: memory holds demo, which says \"written from code\""
+        ),
         "{text}"
     );
-    assert!(!text.contains("subtasks"), "code mode promises no subtasks: {text}");
+    assert!(
+        !text.contains("subtasks"),
+        "code mode promises no subtasks: {text}"
+    );
     server.stop().await;
 }
 
@@ -72,8 +78,12 @@ async fn with_a_planning_agent_the_demo_plans_what_then_happens() {
         .await;
     assert_eq!(status, 201);
     let mut c = server.client().await;
-    c.chat(None, "hello", json!({"agent": "planner", "permission_mode": "auto"}))
-        .await;
+    c.chat(
+        None,
+        "hello",
+        json!({"agent": "planner", "permission_mode": "auto"}),
+    )
+    .await;
     let frames = c.turn().await;
     let plan = of_type(&frames, "planning_update")
         .into_iter()
@@ -81,7 +91,10 @@ async fn with_a_planning_agent_the_demo_plans_what_then_happens() {
         .map(|f| f["content"].as_str().unwrap().to_owned())
         .next()
         .expect("a plan");
-    assert!(plan.starts_with("1. Survey the workspace and draft a note"), "{plan}");
+    assert!(
+        plan.starts_with("1. Survey the workspace and draft a note"),
+        "{plan}"
+    );
     assert_eq!(
         started(&frames),
         ["run_subtask@0", "run_subtask@0", "write_file@0"],
