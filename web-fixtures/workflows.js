@@ -1,6 +1,7 @@
-// The workflows panel: saved workflows, a graph drawn as a left-to-right diagram, a run form
-// whose run streams node states onto the diagram, and the editor — where the chat's
-// `chat_context` is `editor` and the page runs the agent's `ui_*` tools on the open graph.
+// The workflows panel: saved workflows, a graph drawn as a left-to-right diagram, editing by
+// hand (add, set, connect and remove nodes), a run form whose run streams node states onto
+// the diagram, and the editor — where the chat's `chat_context` is `editor` and the page
+// runs the agent's `ui_*` tools on the open graph.
 
 import { el } from "./render.js";
 
@@ -14,6 +15,7 @@ const wf = {
   statuses: {},         // node id → running | completed | failed | skipped
   job: null,            // the run whose node states are shown
   editing: false,       // the chat drives the open graph (editor context)
+  types: new Map(),     // node type → its catalogue entry (ports as JSON Schema)
 };
 
 let deps = { headers: () => ({}), run: () => {} };
@@ -37,17 +39,29 @@ export function initWorkflows(options) {
   deps = options;
   $("workflows-toggle").onclick = () => showPanel($("workflow-panel").hidden);
   $("workflow-close").onclick = () => showPanel(false);
-  $("workflow-new").onclick = () => { open(null); $("workflow-name").focus(); };
+  $("workflow-new").onclick = () => { open(null); $("graph-editor").open = true; $("workflow-name").focus(); };
   $("editor-toggle").onchange = (e) => { wf.editing = e.target.checked; document.body.classList.toggle("editing", wf.editing); };
   $("save-workflow").onclick = save;
   $("run-form").onsubmit = run;
+  $("add-node").onclick = () => addNode($("node-type").value);
+  $("add-edge").onclick = addEdge;
   draw();
 }
 
 function showPanel(show) {
   $("workflow-panel").hidden = !show;
   document.body.classList.toggle("with-panel", show);
-  if (show) loadList();
+  if (show) { loadList(); loadTypes(); }
+}
+
+/// The node catalogue, for adding nodes and knowing their ports.
+async function loadTypes() {
+  if (wf.types.size) return;
+  const res = await fetch("/node-types", { headers: deps.headers() });
+  if (!res.ok) return;
+  for (const entry of await res.json()) wf.types.set(entry.type, entry);
+  $("node-type").replaceChildren(...[...wf.types.keys()].sort().map((t) => el("option", { value: t, text: t })));
+  drawEditor();
 }
 
 /// The chat context of the next message.
@@ -109,7 +123,7 @@ function layout(graph) {
   for (const n of graph.nodes) {
     const c = column[n.id];
     rows[c] = (rows[c] || 0) + 1;
-    at[n.id] = { x: 16 + c * 190, y: 16 + (rows[c] - 1) * 86 };
+    at[n.id] = { x: 16 + c * 230, y: 16 + (rows[c] - 1) * 86 };
   }
   return at;
 }
@@ -121,9 +135,9 @@ function draw() {
   const height = Math.max(120, ...Object.values(at).map((p) => p.y + 70));
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  // Scaled to the panel's width (never above natural size), so a wide graph stays whole.
-  svg.setAttribute("width", "100%");
-  svg.style.maxWidth = `${width}px`;
+  // At its natural size, so its text stays readable: a wide graph scrolls in its box.
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", `Workflow graph: ${graph.nodes.length} nodes, ${graph.edges.length} edges`);
   for (const e of graph.edges) {
@@ -146,10 +160,81 @@ function draw() {
     svg.append(g);
   }
   const empty = graph.nodes.length === 0
-    ? el("p", { class: "graph-empty", text: wf.editing ? "Empty graph: ask the agent to build one." : "No graph open. Pick a workflow, or turn on the editor and ask the agent." })
+    ? el("p", { class: "graph-empty", text: wf.editing ? "Empty graph: ask the agent to build one, or add nodes by hand below." : "No graph open. Pick a workflow, add nodes by hand below, or turn on the editor and ask the agent." })
     : null;
   $("graph-view").replaceChildren(...(empty ? [empty] : [svg]));
   drawParams();
+  drawEditor();
+}
+
+// ---- editing by hand ----
+
+/// A node type's port names: its `inputs` or `outputs` schema's properties.
+function ports(type, side) {
+  const schema = wf.types.get(type)?.[side];
+  return Object.keys((schema && schema.properties) || {});
+}
+
+function addNode(type) {
+  if (!type) return;
+  CLIENT_TOOLS.ui_add_node({ type, id: `${type.split(".").pop().replace(/[^A-Za-z0-9_-]/g, "_")}_${wf.graph.nodes.length + 1}` });
+  draw();
+}
+
+function removeNode(id) {
+  wf.graph.nodes = wf.graph.nodes.filter((n) => n.id !== id);
+  wf.graph.edges = wf.graph.edges.filter((e) => e.from !== id && e.to !== id);
+  draw();
+}
+
+function addEdge() {
+  const [from, output] = $("edge-from").value.split("\u0000");
+  const [to, input] = $("edge-to").value.split("\u0000");
+  if (!from || !to || from === to) return;
+  if (wf.graph.edges.some((e) => e.to === to && e.input === input)) wf.graph.edges = wf.graph.edges.filter((e) => !(e.to === to && e.input === input));
+  CLIENT_TOOLS.ui_connect_nodes({ from, output, to, input });
+  draw();
+}
+
+/// A value typed for an input port, as its schema's type wants it.
+function typed(type, port, text) {
+  const kind = wf.types.get(type)?.inputs?.properties?.[port]?.type;
+  if (kind === "string" || text === "") return text;
+  try { return JSON.parse(text); } catch { return text; }
+}
+
+/// The node list (each with its unconnected inputs as fields) and the connection list.
+function drawEditor() {
+  const graph = wf.graph;
+  $("node-list").replaceChildren(...graph.nodes.map((n) => {
+    const remove = el("button", { type: "button", class: "remove", "aria-label": `Remove node ${n.id}`, text: "Remove" });
+    remove.onclick = () => removeNode(n.id);
+    const fields = ports(n.type, "inputs")
+      .filter((port) => !graph.edges.some((e) => e.to === n.id && e.input === port))
+      .map((port) => {
+        const value = n.inputs?.[port];
+        const field = el("input", { "data-node": n.id, "data-port": port, "aria-label": `${n.id} ${port}` });
+        field.value = value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value);
+        field.onchange = () => {
+          n.inputs = n.inputs || {};
+          if (field.value === "") delete n.inputs[port]; else n.inputs[port] = typed(n.type, port, field.value);
+          draw();
+        };
+        return el("label", { class: "port-field" }, el("span", { text: port }), field);
+      });
+    return el("li", { "data-id": n.id },
+      el("div", { class: "editor-row" }, el("b", { text: n.id }), el("code", { text: n.type }), remove), ...fields);
+  }));
+  const end = (side) => graph.nodes.flatMap((n) => ports(n.type, side).map((port) =>
+    el("option", { value: `${n.id}\u0000${port}`, text: `${n.id}.${port}` })));
+  const keep = (id, options) => { const was = $(id).value; $(id).replaceChildren(...options); if ([...$(id).options].some((o) => o.value === was)) $(id).value = was; };
+  keep("edge-from", end("outputs"));
+  keep("edge-to", end("inputs"));
+  $("edge-list").replaceChildren(...graph.edges.map((e, i) => {
+    const remove = el("button", { type: "button", class: "remove", "aria-label": `Remove ${e.from}.${e.output} to ${e.to}.${e.input}`, text: "Remove" });
+    remove.onclick = () => { graph.edges.splice(i, 1); draw(); };
+    return el("li", {}, el("div", { class: "editor-row" }, el("span", { text: `${e.from}.${e.output} → ${e.to}.${e.input}` }), remove));
+  }));
 }
 
 function svgEl(tag, attrs, text) {

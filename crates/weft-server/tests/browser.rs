@@ -1142,3 +1142,79 @@ async fn a_chat_is_renamed_and_deleted_from_the_list() {
     b.close().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_workflow_is_built_by_hand_saved_and_run_and_its_diagram_is_readable() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.click("#workflows-toggle").await;
+    b.click("#workflow-new").await;
+    b.wait("document.getElementById('graph-editor').open && document.querySelector('#node-type option[value=\"text.template\"]')")
+        .await;
+    let select = |css: &'static str, value: &'static str| {
+        format!("(() => {{ const s = document.querySelector('{css}'); s.value = '{value}'; return s.value === '{value}'; }})()")
+    };
+    // Two nodes, their inputs set, one connection.
+    assert_eq!(
+        b.js(&select("#node-type", "text.template")).await,
+        json!(true)
+    );
+    b.click("#add-node").await;
+    assert_eq!(b.js(&select("#node-type", "output")).await, json!(true));
+    b.click("#add-node").await;
+    b.wait("document.querySelectorAll('#graph-view g.node').length === 2")
+        .await;
+    let set = |node: &str, port: &str, value: &str| {
+        format!("(() => {{ const f = document.querySelector('#node-list input[data-node=\"{node}\"][data-port=\"{port}\"]'); f.value = '{value}'; f.dispatchEvent(new Event('change')); return true; }})()")
+    };
+    b.js(&set("template_1", "template", "Hello by hand")).await;
+    b.js(&set("output_2", "name", "greeting")).await;
+    assert_eq!(
+        b.js(&select("#edge-from", "template_1\\u0000text")).await,
+        json!(true)
+    );
+    assert_eq!(
+        b.js(&select("#edge-to", "output_2\\u0000value")).await,
+        json!(true)
+    );
+    b.click("#add-edge").await;
+    b.wait("document.querySelectorAll('#graph-view path.edge').length === 1")
+        .await;
+    // A connected input is no longer a field.
+    assert_eq!(
+        b.js("!!document.querySelector('#node-list input[data-node=\"output_2\"][data-port=\"value\"]')").await,
+        json!(false)
+    );
+    // The diagram's words are at least 12 px on screen.
+    let smallest = "Math.min(...Array.from(document.querySelectorAll('#graph-view text'), (t) => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a))";
+    assert!(b.js(smallest).await.as_f64().unwrap() >= 12.0);
+    b.shot("workflow-by-hand").await;
+
+    let name = b.client.find(Locator::Css("#workflow-name")).await.unwrap();
+    name.send_keys("By hand").await.unwrap();
+    b.click("#save-workflow").await;
+    b.wait("document.getElementById('workflow-status').textContent === 'saved as By hand'")
+        .await;
+    b.click("#run-workflow").await;
+    b.wait("document.getElementById('workflow-status').textContent === 'completed'")
+        .await;
+    let (_, runs) = server.get("/workflows", None).await;
+    assert_eq!(
+        runs[0]["graph"]["edges"][0],
+        json!({"from": "template_1", "output": "text", "to": "output_2", "input": "value"})
+    );
+
+    // Removing a node takes its connections with it.
+    b.click("#node-list li[data-id='template_1'] .remove").await;
+    b.wait("document.querySelectorAll('#graph-view g.node').length === 1")
+        .await;
+    assert_eq!(
+        b.js("document.querySelectorAll('#graph-view path.edge, #edge-list li').length")
+            .await,
+        json!(0)
+    );
+    b.close().await;
+    server.stop().await;
+}
