@@ -1,11 +1,18 @@
 //! Websocket load generator: starts `weft serve` (release build) as its own process with a
-//! W1-shaped script (10 rounds × 4 parallel `memory_write` calls, then 20 text chunks), drives
-//! it over real sockets and prints `peer,metric,value,unit` lines:
+//! scripted model, drives it over real sockets and prints `peer,metric,value,unit` lines.
+//!
+//! `--workload w1` (the default): 10 rounds × 4 parallel `memory_write` calls, then 20 text
+//! chunks, measured three ways:
 //!
 //! * M idle connections (first, on the fresh server) → server memory per idle connection;
 //! * sequential turns on one socket → per-turn and per-round overhead;
 //! * N concurrent turns (one socket each) → turns/s, p50/p99 time to first frame and to first
 //!   text chunk, the server's peak RSS.
+//!
+//! `--workload w2`: realistic streaming ([`w2`]): N concurrent turns (default 10,000) each
+//! streaming 400 chunks 20 ms apart after one round of two calls; memory per running turn, CPU
+//! per chunk, overrun. The generator raises its open-file limit to the hard limit, and the
+//! server it starts inherits it.
 //!
 //! `--replicas N` runs N replicas on one PostgreSQL database with a `nats-server`: the
 //! concurrent sockets are spread over them (CPU and memory summed), and turns run by one are
@@ -22,15 +29,25 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+mod w2;
+
 #[derive(Parser)]
 #[command(about = "Weft websocket load generator (W1 turns against the scripted provider)")]
 struct Args {
+    /// `w1` (bursts of instant tool rounds) or `w2` (long streaming turns at model speed).
+    #[arg(long, default_value = "w1")]
+    workload: String,
+    /// W2: chunks per turn, and milliseconds between them.
+    #[arg(long, default_value_t = 400)]
+    chunks: usize,
+    #[arg(long, default_value_t = 20)]
+    chunk_ms: u64,
     /// The weft binary to run.
     #[arg(long, default_value = "target/release/weft")]
     server_bin: PathBuf,
-    /// Concurrent turns, one socket each.
-    #[arg(long, default_value_t = 1000)]
-    concurrent: usize,
+    /// Concurrent turns, one socket each (default: 1,000 for W1, 10,000 for W2).
+    #[arg(long)]
+    concurrent: Option<usize>,
     /// Idle connections for the per-connection memory figure.
     #[arg(long, default_value_t = 10_000)]
     idle: usize,
@@ -219,6 +236,23 @@ impl Target {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    let files = w2::raise_file_limit();
+    let w2 = match args.workload.as_str() {
+        "w1" => false,
+        "w2" => true,
+        other => fail(&format!("no workload {other}: w1 or w2")),
+    };
+    let turns = args.concurrent.unwrap_or(if w2 { 10_000 } else { 1000 });
+    if (turns as u64) + 1000 > files {
+        fail(&format!(
+            "{turns} sockets need a higher open-file limit than {files} (ulimit -n)"
+        ));
+    }
+    let script = if w2 {
+        w2::script(args.chunks, args.chunk_ms)
+    } else {
+        w1_script()
+    };
     let target = if args.replicas > 1 || args.bus {
         if args.db != "postgres" {
             fail("--replicas and --bus need --db postgres");
@@ -226,7 +260,7 @@ async fn main() {
         Target::Cluster(
             weft_bench::server::start_cluster(
                 &args.server_bin,
-                &w1_script(),
+                &script,
                 weft_bench::server::NO_USER_LIMITS,
                 args.replicas.max(1),
             )
@@ -237,7 +271,7 @@ async fn main() {
         Target::One(
             weft_bench::server::start(
                 &args.server_bin,
-                &w1_script(),
+                &script,
                 weft_bench::server::NO_USER_LIMITS,
                 &args.db,
             )
@@ -254,11 +288,16 @@ async fn main() {
             if args.bus { "-bus" } else { "" }
         ),
     };
+    if w2 {
+        w2::run(&target, &peer, turns, args.chunks, args.chunk_ms).await;
+        target.stop().await;
+        return;
+    }
     if args.idle > 0 {
         idle(&target, &peer, args.idle).await;
     }
     sequential(&target, &peer, args.sequential).await;
-    concurrent(&target, &peer, args.concurrent).await;
+    concurrent(&target, &peer, turns).await;
     if args.replicas > 1 && args.followed > 0 {
         followed(&target, &peer, args.followed).await;
     }
