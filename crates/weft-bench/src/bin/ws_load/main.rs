@@ -114,8 +114,18 @@ async fn connect(addr: &str) -> Ws {
     }
 }
 
+/// The servers this run started: `fail` exits without running their destructors, so it stops
+/// them itself rather than leave them running (and loading the next run).
+static SERVERS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
 fn fail(message: &str) -> ! {
     eprintln!("ws_load: {message}");
+    for pid in SERVERS.lock().map(|pids| pids.clone()).unwrap_or_default() {
+        if let Ok(pid) = i32::try_from(pid) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
     std::process::exit(1);
 }
 
@@ -279,6 +289,9 @@ async fn main() {
             .unwrap_or_else(|e| fail(&e)),
         )
     };
+    if let Ok(mut pids) = SERVERS.lock() {
+        pids.extend(target.servers().iter().map(|s| s.pid));
+    }
     let peer = match (args.replicas, args.bus) {
         (0 | 1, false) => format!("weft-ws-{}", args.db),
         (n, _) => format!(
