@@ -82,11 +82,13 @@ parameters = { "path.id" = "$thread", "path.message_id" = "$prompt_id" }
 TOML
 
 status=0
-# From the temporary directory, so its cache is left there.
+# From the temporary directory, so its cache is left there. One worker: with two threads,
+# hypothesis on Python 3.11 sometimes fails inside `ast` ("AST constructor recursion depth
+# mismatch"), a crash of the tool rather than a finding.
 (cd "$dir" && "$venv/bin/schemathesis" --config-file "$dir/schemathesis.toml" run "$dir/openapi.json" --url "http://$addr" \
   -H "Authorization: Bearer $key" \
   --checks all --exclude-checks positive_data_acceptance \
-  --max-examples "$examples" --seed "${WEFT_SCHEMATHESIS_SEED:-1}" --workers 2 --request-timeout 30 \
+  --max-examples "$examples" --seed "${WEFT_SCHEMATHESIS_SEED:-1}" --workers 1 --request-timeout 30 \
   --phases examples,coverage,fuzzing,stateful --no-color \
   --generation-database none) || status=$?
 if [ "$status" -ne 0 ]; then
