@@ -147,7 +147,11 @@ impl ScriptedProvider {
         self.script
             .conversations
             .iter()
-            .filter(|c| c.system.as_ref().is_none_or(|s| system.contains(s.as_str())))
+            .filter(|c| {
+                c.system
+                    .as_ref()
+                    .is_none_or(|s| system.contains(s.as_str()))
+            })
             .find(|c| c.pattern == "*" || first_user.contains(&c.pattern))
             .ok_or_else(|| {
                 ProviderError::Other(format!(

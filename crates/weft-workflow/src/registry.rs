@@ -8,9 +8,9 @@ use serde_json::Value;
 use weft_core::{prompts, Toolbelt};
 
 use crate::node::NodeType;
-use weft_protocol::{PolicyClass, ToolCategory};
 use crate::nodes;
 use crate::tool_node::ToolNode;
+use weft_protocol::{PolicyClass, ToolCategory};
 
 /// A node type as the catalogue (`GET /node-types`, `list_node_types`) describes it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
