@@ -378,31 +378,15 @@ async fn sequential(target: &Target, peer: &str, count: usize) {
 async fn concurrent(target: &Target, peer: &str, n: usize) {
     let expected = expected_text();
     let (_, rss_before) = target.rss();
-    let servers = target.servers();
-    let mut sockets = Vec::with_capacity(n);
-    for i in 0..n {
-        sockets.push(connect(&servers[i % servers.len()].addr).await);
-    }
-    let gate = Arc::new(tokio::sync::Barrier::new(n));
+    let sockets = connect_all(target, n).await;
     let server_cpu_before = target.cpu_seconds();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
-    let tasks: Vec<_> = sockets
-        .into_iter()
-        .map(|mut ws| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                gate.wait().await;
-                let result = turn(&mut ws).await;
-                (result, ws)
-            })
-        })
-        .collect();
+    let tasks = together(sockets);
     let mut first_frames = Vec::new();
     let mut first_chunks = Vec::new();
     let mut keep = Vec::new();
-    for task in tasks {
-        let ((ff, fc, _, text), ws) = task.await.unwrap_or_else(|e| fail(&e.to_string()));
+    for ((ff, fc, _, text), ws) in tasks.await {
         if !text.ends_with(&expected) {
             fail("a concurrent turn returned the wrong text");
         }
@@ -449,6 +433,38 @@ async fn concurrent(target: &Target, peer: &str, n: usize) {
     );
     drop(keep);
     tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// `n` sockets, spread over the servers in turn.
+async fn connect_all(target: &Target, n: usize) -> Vec<Ws> {
+    let servers = target.servers();
+    let mut sockets = Vec::with_capacity(n);
+    for i in 0..n {
+        sockets.push(connect(&servers[i % servers.len()].addr).await);
+    }
+    sockets
+}
+
+/// One turn on each socket, all sent together: each turn's result, with its socket (kept open
+/// until the caller drops it).
+async fn together(sockets: Vec<Ws>) -> Vec<((Duration, Duration, Duration, String), Ws)> {
+    let gate = Arc::new(tokio::sync::Barrier::new(sockets.len()));
+    let tasks: Vec<_> = sockets
+        .into_iter()
+        .map(|mut ws| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                gate.wait().await;
+                let result = turn(&mut ws).await;
+                (result, ws)
+            })
+        })
+        .collect();
+    let mut done = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        done.push(task.await.unwrap_or_else(|e| fail(&e.to_string())));
+    }
+    done
 }
 
 /// Turns run by the first replica and followed from the second (`resume_chat` through it):

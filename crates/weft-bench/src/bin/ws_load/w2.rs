@@ -3,12 +3,11 @@
 //! speed). What it measures is what a waiting turn costs: server memory per running turn, CPU
 //! per delivered chunk, and how far the streams fall behind the scripted pace.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{connect, fail, percentile, turn, Target};
+use super::{connect_all, fail, percentile, together, Target};
 
 /// A chunk's text (4 characters).
 const CHUNK: &str = "w2x ";
@@ -29,33 +28,16 @@ pub fn script(chunks: usize, chunk_ms: u64) -> Value {
 pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms: u64) {
     let (_, rss_before) = target.rss();
     let commits_before = target.metric("weft_store_commits_total").await;
-    let servers = target.servers();
-    let mut sockets = Vec::with_capacity(n);
-    for i in 0..n {
-        sockets.push(connect(&servers[i % servers.len()].addr).await);
-    }
-    let gate = Arc::new(tokio::sync::Barrier::new(n));
+    let sockets = connect_all(target, n).await;
     let server_cpu_before = target.cpu_seconds();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
-    let tasks: Vec<_> = sockets
-        .into_iter()
-        .map(|mut ws| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                gate.wait().await;
-                let result = turn(&mut ws).await;
-                (result, ws)
-            })
-        })
-        .collect();
+    let tasks = together(sockets);
     let scripted = Duration::from_millis(chunk_ms * chunks as u64);
     let expected = CHUNK.repeat(chunks);
     let (mut first_chunks, mut overruns, mut keep) = (Vec::new(), Vec::new(), Vec::new());
     let mut delivered = 0usize;
-    for task in tasks {
-        let ((_, first_chunk, total, text), ws) =
-            task.await.unwrap_or_else(|e| fail(&e.to_string()));
+    for ((_, first_chunk, total, text), ws) in tasks.await {
         if text != expected {
             fail(&format!(
                 "a W2 turn streamed {} characters, not {}",
