@@ -162,7 +162,7 @@ async function openThread(id) {
     // A turn is still running (another tab, or before a reload): replay it and follow it.
     state.lastSeq[id] = 0;
     socket.send({ command: "resume_chat", data: { thread_id: id, last_seq: 0 } });
-  }
+  } else showExchangeActions();
   scrollDown();
 }
 
@@ -227,6 +227,7 @@ function renderStored(m, append = true, rounds = []) {
     if (media) view.root.append(media);
   }
   view.root.dataset.id = m.id;
+  if (m.metadata && m.metadata.mode) view.root.dataset.mode = m.metadata.mode;
   if (m.metadata && m.metadata.plan) view.root.prepend(planView("done", m.metadata.plan, false));
   if (append && m.cost_usd !== undefined && m.input_tokens !== undefined) {
     view.root.append(el("div", { class: "cost", text: `${m.input_tokens} in / ${m.output_tokens} out tokens${m.cost_usd ? ` · $${m.cost_usd.toFixed(4)}` : ""}` }));
@@ -280,6 +281,7 @@ function onFrame(f) {
       if (!state.threadId) { state.threadId = f.thread_id; showAddress(f.thread_id); }
       loadThreads();
       state.live = assistantMessage();
+      state.live.root.dataset.mode = f.mode;
       $("messages").append(state.live.root);
       setRunning(true);
       break;
@@ -378,6 +380,7 @@ function onStoredAnswer(message) {
   const cost = live && live.root.querySelector(":scope > .cost");
   const sources = live && live.root.querySelector(":scope > .citations");
   const stored = renderStored(message, false);
+  if (live && !stored.dataset.mode && live.root.dataset.mode) stored.dataset.mode = live.root.dataset.mode;
   if (live) { live.root.replaceWith(stored); if (sources) stored.append(sources); if (cost) stored.append(cost); }
   else $("messages").append(stored);
   state.live = { root: stored, flow: stored.querySelector(".flow"), text: null };
@@ -497,6 +500,7 @@ function setRunning(running) {
   $("send").disabled = running;
   $("send").hidden = running;
   $("stop").hidden = !running;
+  showExchangeActions();
 }
 
 /// Stop the running turn on the server; what it produced so far is kept.
@@ -540,16 +544,84 @@ function sendText(text) {
   return true;
 }
 
-/// An answer's error, with a button sending the message before it again.
+/// An answer's error, with a button asking again in its place (or, when the failed answer
+/// was never stored, sending the message before it again).
 function errorNotice(text) {
   const view = notice("error", text);
   const again = el("button", { type: "button", class: "retry", text: "Try again" });
   again.onclick = () => {
+    const last = lastExchange();
+    if (last) { resend(last, last.text); return; }
     const asked = [...$("messages").querySelectorAll(".message.user .text")].pop();
     if (asked && sendText(asked.textContent)) again.remove();
   };
   view.append(" ", again);
   return view;
+}
+
+// ---- regenerate and edit: the last exchange asked again, in its place ----
+
+/// Answers these execution modes give can be asked for again (a workflow run or a generated
+/// file is run again from its own panel).
+const CHAT_MODES = new Set(["classic", "code"]);
+
+/// The last exchange on screen when it can be asked again: the last user message, the
+/// stored answer after it, and what was asked.
+function lastExchange() {
+  const shown = [...$("messages").children];
+  const asked = shown.filter((n) => n.matches(".message.user")).pop();
+  if (!asked) return null;
+  const answer = shown.slice(shown.indexOf(asked)).find((n) => n.matches(".message.assistant"));
+  if (!answer || !answer.dataset.id || !CHAT_MODES.has(answer.dataset.mode || "classic")) return null;
+  const text = asked.querySelector(":scope > .text");
+  return text ? { asked, answer, text: text.textContent } : null;
+}
+
+/// "Regenerate" under the last answer and "Edit" beside the last message, while no turn runs.
+function showExchangeActions() {
+  for (const action of $("messages").querySelectorAll(".exchange-action")) action.remove();
+  const last = state.running ? null : lastExchange();
+  if (!last) return;
+  const regenerate = el("button", { type: "button", class: "exchange-action regenerate", text: "↻ Regenerate", "aria-label": "Regenerate this answer" });
+  regenerate.onclick = () => resend(last, last.text);
+  const trace = last.answer.querySelector(":scope > .trace-toggle");
+  if (trace) trace.before(regenerate); else last.answer.append(regenerate);
+  const edit = el("button", { type: "button", class: "exchange-action edit", text: "✎ Edit", "aria-label": "Edit your last message" });
+  edit.onclick = () => editAsked(last);
+  last.asked.append(edit);
+}
+
+/// Ask `text` in place of the last exchange: it and what followed leave the page, and the
+/// server drops them with the new turn's start (`replaces`).
+function resend(last, text) {
+  if (!text || state.running) return false;
+  const shown = [...$("messages").children];
+  for (const node of shown.slice(shown.indexOf(last.asked))) node.remove();
+  $("messages").append(userMessage(text));
+  const data = { content: text, permission_mode: state.mode, agent: state.agent, mode: last.answer.dataset.mode || state.execMode, replaces: last.answer.dataset.id };
+  const context = chatContext();
+  if (context) data.chat_context = context;
+  startTurn(data);
+  return true;
+}
+
+/// Edit the last message in place: Enter (or Send) asks it again in place of the exchange;
+/// Esc (or Cancel) keeps it as it was.
+function editAsked(last) {
+  const field = el("textarea", { class: "edit-field", rows: "3", "aria-label": "Edit your message" });
+  field.value = last.text;
+  const cancel = el("button", { type: "button", class: "edit-cancel", text: "Cancel" });
+  const save = el("button", { type: "button", class: "edit-send", text: "Send" });
+  const kept = [...last.asked.childNodes];
+  last.asked.replaceChildren(el("div", { class: "edit-box" }, field, el("div", { class: "edit-actions" }, cancel, save)));
+  field.focus();
+  const keep = () => { last.asked.replaceChildren(...kept); showExchangeActions(); };
+  save.onclick = () => resend(last, field.value.trim());
+  cancel.onclick = keep;
+  field.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); resend(last, field.value.trim()); }
+    else if (e.key === "Escape") { e.preventDefault(); keep(); }
+  });
 }
 
 function startTurn(data) {

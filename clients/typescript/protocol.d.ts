@@ -307,6 +307,14 @@ export interface ChatMessageData {
   } | null;
   permission_mode?: PermissionMode | null;
   provider?: string | null;
+  /**
+   * An earlier answer of this thread (an assistant message's id) that this message
+   * replaces: the exchange it answered (the user message before it, the answer, and
+   * everything after) is dropped in the same write that starts this turn, and this message
+   * and its answer take their place. Regenerate sends the same content again; edit sends
+   * new content. A refused message drops nothing.
+   */
+  replaces?: string | null;
   role?: string;
   thread_id?: string | null;
   /**

@@ -52,6 +52,8 @@ export interface ChatOptions {
   provider?: string;
   model?: string;
   memoryEnabled?: boolean;
+  /** Regenerate or edit: the id of an earlier answer whose exchange (and everything after) this message replaces. */
+  replaces?: string;
   chatContext?: { kind: "thread" } | { kind: "editor"; workflow_id?: string };
   [field: string]: unknown;
 }

@@ -65,6 +65,13 @@ pub struct ChatMessageData {
     pub media_generation: Option<MediaGeneration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_enabled: Option<bool>,
+    /// An earlier answer of this thread (an assistant message's id) that this message
+    /// replaces: the exchange it answered (the user message before it, the answer, and
+    /// everything after) is dropped in the same write that starts this turn, and this message
+    /// and its answer take their place. Regenerate sends the same content again; edit sends
+    /// new content. A refused message drops nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
     /// The agent for this turn (the thread remembers it); absent: the thread's, else the
     /// server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -99,6 +99,7 @@ pub fn check_identifiers_of(data: &crate::ChatMessageData) -> Result<(), String>
     check_identifier("thread_id", data.thread_id.as_deref())?;
     check_identifier("workflow_id", data.workflow_id.as_deref())?;
     check_identifier("agent", data.agent.as_deref())?;
+    check_identifier("replaces", data.replaces.as_deref())?;
     for (field, value, max) in [
         ("provider", data.provider.as_deref(), 64),
         ("model", data.model.as_deref(), 256),

@@ -994,16 +994,18 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
         shown,
         "the error is still there after a reload"
     );
-    // "Try again" sends the same message again (the script fails it again, as a model that
-    // is still down would).
+    // "Try again" asks again in the failed answer's place (the script fails it again, as a
+    // model that is still down would): one question, one answer, a new one.
+    let failed = b
+        .js("document.querySelector('.message.assistant').dataset.id")
+        .await;
     b.click(".notice.error .retry").await;
-    b.wait("document.querySelectorAll('.message.user').length === 2 && document.querySelectorAll('.notice.error').length === 2").await;
+    b.wait(&format!("!window.weft.state.running && document.querySelector('.message.assistant')?.dataset.id !== {failed} && document.querySelectorAll('.notice.error').length === 1")).await;
     assert_eq!(
         b.js("Array.from(document.querySelectorAll('.message.user .text'), (t) => t.textContent)")
             .await,
-        json!(["broken please", "broken please"])
+        json!(["broken please"])
     );
-    b.wait("!window.weft.state.running").await;
 
     // Reloaded mid-answer: one answer, resumed, and no empty one above it.
     b.click("#new-thread").await;
@@ -1023,6 +1025,104 @@ async fn a_reload_shows_a_provider_error_and_no_ghost_of_a_running_answer() {
         b.js("[...document.querySelectorAll('.message.assistant .cost')].map(c => c.textContent.includes('0 in / 0 out'))").await,
         json!([false])
     );
+    b.close().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_last_answer_is_regenerated_and_the_last_message_edited_in_its_place() {
+    use fantoccini::key::Key;
+    let _one = ONE_BROWSER.lock().await;
+    let server = TestServer::start(script()).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.say("hello").await;
+    b.wait(&format!(
+        "{ANSWER} === 'Hello there!' && !window.weft.state.running"
+    ))
+    .await;
+    let thread = b.js("window.weft.state.threadId").await;
+    let thread = thread.as_str().unwrap().to_owned();
+    let answer = "document.querySelector('.message.assistant')?.dataset.id";
+    let first = b.wait(answer).await;
+    let stored = || async {
+        let (status, messages) = server
+            .get(&format!("/threads/{thread}/messages"), None)
+            .await;
+        assert_eq!(status, 200);
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].clone(), m["content"].clone(), m["id"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let users =
+        "Array.from(document.querySelectorAll('.message.user > .text'), (t) => t.textContent)";
+
+    // Regenerate: a new answer in the old one's place, on the page and on the server.
+    b.click(".exchange-action.regenerate").await;
+    b.wait(&format!(
+        "!window.weft.state.running && {answer} && {answer} !== {first} && {ANSWER} === 'Hello there!'"
+    ))
+    .await;
+    assert_eq!(b.js(users).await, json!(["hello"]));
+    assert_eq!(
+        b.js("document.querySelectorAll('.message.assistant').length")
+            .await,
+        json!(1)
+    );
+    let second = b.js(answer).await;
+    let messages = stored().await;
+    assert_eq!(messages.len(), 2);
+    assert_eq!((&messages[0].1, &messages[1].2), (&json!("hello"), &second));
+
+    // Edit: Esc keeps the message as it was; Enter asks the edited one in its place (the
+    // scripted model follows a chat's first message, so it answers differently).
+    b.click(".exchange-action.edit").await;
+    b.wait("document.activeElement?.classList.contains('edit-field')")
+        .await;
+    b.press(&Key::Escape).await;
+    assert_eq!(b.js(users).await, json!(["hello"]));
+    b.click(".exchange-action.edit").await;
+    b.wait("document.activeElement?.classList.contains('edit-field')")
+        .await;
+    b.js("(document.activeElement.value = 'slow please', true)")
+        .await;
+    b.press(&Key::Enter).await;
+    b.wait(&format!(
+        "!window.weft.state.running && {ANSWER} === 'one two three four'"
+    ))
+    .await;
+    assert_eq!(b.js(users).await, json!(["slow please"]));
+    let messages = stored().await;
+    assert_eq!(messages.len(), 2);
+    assert_eq!(
+        (&messages[0].1, &messages[1].2),
+        (&json!("slow please"), &b.js(answer).await)
+    );
+
+    // After a reload the chat is the edited one, and can be asked again.
+    b.client.refresh().await.unwrap();
+    b.wait(&format!(
+        "document.querySelector('.exchange-action.regenerate') && {ANSWER} === 'one two three four'"
+    ))
+    .await;
+    assert_eq!(b.js(users).await, json!(["slow please"]));
+    // While an answer streams there is nothing to regenerate or edit.
+    b.click(".exchange-action.regenerate").await;
+    b.wait(&format!(
+        "window.weft.state.running && {ANSWER}?.startsWith('one')"
+    ))
+    .await;
+    assert_eq!(
+        b.js("document.querySelectorAll('.exchange-action').length")
+            .await,
+        json!(0)
+    );
+    b.wait("!window.weft.state.running && document.querySelector('.exchange-action.edit')")
+        .await;
+    assert_eq!(stored().await.len(), 2);
     b.close().await;
     server.stop().await;
 }

@@ -311,3 +311,160 @@ async fn a_second_turn_in_a_thread_sees_the_history() {
     assert_eq!(server.store().messages(&thread).await.unwrap().len(), 4);
     server.stop().await;
 }
+
+/// What the model saw last: each user or assistant message's role and text, tool results
+/// and calls left out.
+fn last_history(server: &TestServer) -> Vec<(String, String)> {
+    let request = server.provider.requests().pop().unwrap();
+    request
+        .messages
+        .iter()
+        .map(|m| (format!("{:?}", m.role).to_lowercase(), m.content.text()))
+        .filter(|(role, text)| role != "tool" && !text.is_empty())
+        .collect()
+}
+
+fn answer_id(frames: &[serde_json::Value]) -> String {
+    of_type(frames, "message")[0]["message"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_message_that_replaces_an_answer_drops_its_exchange() {
+    // The scripted step is the number of answers the model sees: a replaced exchange that
+    // stayed in the history would move it on.
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"id": "w", "name": "memory_write", "arguments": {"key": "k", "value": "v"}}]},
+        {"text": "first"},
+        {"text": "second"},
+        {"text": "third"}
+    ]}]}))
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "one", json!({"permission_mode": "auto"}))
+        .await;
+    let first = c.turn().await;
+    let thread = thread_of(&first);
+    assert_eq!(text_of(&first), "first");
+    c.chat(Some(&thread), "two", json!({})).await;
+    let second = c.turn().await;
+    assert_eq!(text_of(&second), "second");
+    let replaced = answer_id(&second);
+    let last_seq = second.last().unwrap()["seq"].as_u64().unwrap();
+
+    // Regenerate: the same question again, in place of the last exchange.
+    c.chat(Some(&thread), "two", json!({"replaces": replaced}))
+        .await;
+    let again = c.turn().await;
+    // Three answers in the history (the first turn's two responses and "second") would
+    // have moved the script on to "third".
+    assert_eq!(
+        text_of(&again),
+        "second",
+        "the replaced exchange is not in the history"
+    );
+    let pair = |r: &str, t: &str| (r.to_owned(), t.to_owned());
+    assert_eq!(
+        last_history(&server),
+        vec![
+            pair("user", "one"),
+            pair("assistant", "first"),
+            pair("user", "two")
+        ]
+    );
+    assert!(
+        again[0]["seq"].as_u64().unwrap() > last_seq,
+        "a thread's seq only rises"
+    );
+    let texts = |messages: Vec<weft_store::MessageRow>| -> Vec<(String, String)> {
+        messages
+            .into_iter()
+            .map(|m| (m.role, m.content.as_str().unwrap_or_default().to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        texts(server.store().messages(&thread).await.unwrap()),
+        vec![
+            pair("user", "one"),
+            pair("assistant", "first"),
+            pair("user", "two"),
+            pair("assistant", "second")
+        ]
+    );
+    let (status, _) = server
+        .get(
+            &format!("/threads/{thread}/messages/{replaced}/trace"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "the replaced answer is gone");
+
+    // Edit the first message: everything from it on goes, the record with it.
+    let first_answer = answer_id(&first);
+    c.chat(Some(&thread), "uno", json!({"replaces": first_answer}))
+        .await;
+    let edited = c.turn().await;
+    assert_eq!(
+        text_of(&edited),
+        "first",
+        "the model started from nothing again"
+    );
+    assert_eq!(server.provider.requests().len(), 6);
+    assert_eq!(last_history(&server), vec![pair("user", "uno")]);
+    let messages = server.store().messages(&thread).await.unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0].content, json!("uno"));
+    let kept: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+    let items = server.store().thread_items(&thread).await.unwrap();
+    assert!(!items.is_empty());
+    assert!(
+        items.iter().all(|i| kept.contains(&i.message_id.as_str())),
+        "no record item of a dropped message is left"
+    );
+    // What was spent stays on record: every model call of the thread, dropped ones too.
+    assert_eq!(server.store().model_calls(&thread).await.unwrap().len(), 6);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_replacement_that_names_no_answer_of_the_thread_drops_nothing() {
+    let server = TestServer::start(
+        json!({"conversations": [{"match": "*", "steps": [{"text": "ok", "repeat": true}]}]}),
+    )
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "one", json!({})).await;
+    let frames = c.turn().await;
+    let thread = thread_of(&frames);
+    let answer = answer_id(&frames);
+    let question = server.store().messages(&thread).await.unwrap()[0]
+        .id
+        .clone();
+    let mut other = server.client().await;
+    other.chat(None, "elsewhere", json!({})).await;
+    let elsewhere = answer_id(&other.turn().await);
+    for (thread_id, replaces, code) in [
+        (Some(thread.as_str()), "nope", "message_not_found"),
+        (
+            Some(thread.as_str()),
+            elsewhere.as_str(),
+            "message_not_found",
+        ),
+        (Some(thread.as_str()), question.as_str(), "invalid_field"),
+        (None, answer.as_str(), "message_not_found"),
+        (Some(thread.as_str()), "not an id!", "invalid_field"),
+    ] {
+        c.chat(thread_id, "again", json!({"replaces": replaces}))
+            .await;
+        let f = c.recv().await;
+        assert_eq!(
+            (f["type"].as_str(), f["code"].as_str()),
+            (Some("error"), Some(code)),
+            "{replaces}: {f}"
+        );
+    }
+    assert_eq!(server.store().messages(&thread).await.unwrap().len(), 2);
+    server.stop().await;
+}

@@ -28,6 +28,14 @@ pub enum WriteOp {
         thread: Option<ThreadRow>,
         messages: Vec<NewMessage>,
     },
+    /// A thread's messages from `position` on are dropped (with their record items and
+    /// leases; the model-call and tool-call audit rows stay): a message that replaces an
+    /// earlier exchange, written with that message's start. Running messages are never
+    /// dropped.
+    DropMessages {
+        thread_id: String,
+        position: i64,
+    },
     /// Record items, inserted or replaced by id (a streaming draft becomes the final item).
     Items(Vec<ItemRow>),
     /// A turn ends: its assistant message (inserted or replaced).
@@ -74,7 +82,7 @@ impl WriteOp {
                 messages.len() + usize::from(thread.is_some())
             }
             WriteOp::Items(items) => items.len(),
-            WriteOp::FinishTurn { .. } => 1,
+            WriteOp::DropMessages { .. } | WriteOp::FinishTurn { .. } => 1,
             WriteOp::ModelCalls(models) => models.len(),
             WriteOp::Fence { .. } => 0,
             WriteOp::InsertApproval(_)
@@ -324,6 +332,7 @@ async fn commit_batch(
 #[derive(Default)]
 struct Plan<'a> {
     threads: Vec<&'a ThreadRow>,
+    drops: Vec<(&'a str, i64)>,
     begin_messages: Vec<&'a NewMessage>,
     touched: Vec<&'a str>,
     modes: Vec<(&'a str, &'a str)>,
@@ -354,6 +363,10 @@ impl<'a> Plan<'a> {
                 }
                 self.begin_messages.extend(messages);
             }
+            WriteOp::DropMessages {
+                thread_id,
+                position,
+            } => self.drops.push((thread_id, *position)),
             WriteOp::Items(rows) => {
                 for row in rows {
                     // The same item twice in one statement is an error: the later one wins.
@@ -384,9 +397,10 @@ impl<'a> Plan<'a> {
     }
 
     /// How many rows of each kind the plan writes, items and fences aside.
-    fn rows_besides_items(&self) -> [usize; 11] {
+    fn rows_besides_items(&self) -> [usize; 12] {
         [
             self.threads.len(),
+            self.drops.len(),
             self.begin_messages.len(),
             self.touched.len(),
             self.modes.len(),
@@ -466,6 +480,9 @@ impl<'a> Plan<'a> {
 
     async fn execute(&self, conn: &mut AnyConnection, b: Backend) -> Result<()> {
         insert_many(conn, b, &THREADS, &self.threads, bind_thread).await?;
+        for (thread_id, position) in &self.drops {
+            drop_messages(conn, thread_id, *position).await?;
+        }
         insert_many(conn, b, &MESSAGES, &self.begin_messages, bind_message).await?;
         insert_many(conn, b, &LEASES, &self.leases, bind_lease).await?;
         check_fences(conn, b, &self.fences, &self.finished).await?;
@@ -549,6 +566,24 @@ async fn check_fences(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A thread's finished messages from `position` on, with what hangs on them.
+async fn drop_messages(conn: &mut AnyConnection, thread_id: &str, position: i64) -> Result<()> {
+    const DROPPED: &str = "SELECT id FROM messages WHERE thread_id = $1 AND position >= $2 \
+                           AND status <> 'running'";
+    for text in [
+        format!("DELETE FROM items WHERE message_id IN ({DROPPED})"),
+        format!("DELETE FROM turn_leases WHERE message_id IN ({DROPPED})"),
+        format!("DELETE FROM messages WHERE id IN ({DROPPED})"),
+    ] {
+        sqlx::query(&text)
+            .bind(thread_id)
+            .bind(position)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }

@@ -224,6 +224,48 @@ async fn one_running_turn(store: &Store) {
         .await
         .expect_err("the same id again");
     assert!(!twice.is_thread_busy(), "{twice}");
+
+    // A start that replaces earlier messages drops them only if it starts: refused as busy,
+    // it drops nothing; and a running turn is never dropped.
+    let replacing = |id: &str| {
+        WriteOp::Many(vec![
+            WriteOp::DropMessages {
+                thread_id: "lt".into(),
+                position: 0,
+            },
+            begin(id),
+        ])
+    };
+    let refused = store.write(replacing("r3")).await.expect_err("r2 runs");
+    assert!(refused.is_thread_busy(), "{refused}");
+    assert!(store.message("lt", "r1").await.unwrap().is_some());
+    store
+        .write(WriteOp::DropMessages {
+            thread_id: "lt".into(),
+            position: 0,
+        })
+        .await
+        .unwrap();
+    assert!(store.message("lt", "r1").await.unwrap().is_none());
+    assert!(
+        store.message("lt", "r2").await.unwrap().is_some(),
+        "running"
+    );
+    store
+        .write(WriteOp::FinishTurn {
+            message: message("r2", "completed"),
+        })
+        .await
+        .unwrap();
+    store.write(replacing("r3")).await.unwrap();
+    let ids: Vec<String> = store
+        .messages("lt")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, vec!["r3".to_owned()]);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 
 mod compose;
 mod media;
+mod replace;
 mod request;
 mod resolve;
 mod resume;

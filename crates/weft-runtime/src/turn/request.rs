@@ -42,6 +42,8 @@ pub struct TurnRequest {
     pub memory: bool,
     /// The `ui_*` tools of the client that asked (editor turns).
     pub client_tools: Option<Arc<ClientToolset>>,
+    /// An earlier answer whose exchange (and everything after) this turn replaces.
+    pub replaces: Option<String>,
 }
 
 impl TurnRequest {
@@ -58,6 +60,7 @@ impl TurnRequest {
             context: ChatContext::Thread,
             memory: false,
             client_tools: None,
+            replaces: None,
         }
     }
 
@@ -93,6 +96,7 @@ impl TurnRequest {
             context,
             memory: data.memory_enabled == Some(true),
             client_tools: None,
+            replaces: data.replaces,
         })
     }
 }

@@ -126,6 +126,7 @@ impl Resumer for Runtime {
             toolbelt,
             system_prompt,
             slot,
+            replaces: None,
             resumed: Some(Resumed {
                 point,
                 history,

@@ -83,6 +83,9 @@ impl Runtime {
                 return Err(turn_in_progress(&row.id));
             }
         }
+        let replaces = self
+            .replaced_answer(existing.as_ref(), request.replaces.as_deref())
+            .await?;
         let setup = self.setup(user, &request, existing.as_ref()).await?;
         code_mode_can_run(&mode, &setup.agent)?;
         let agent_change = request.agent.clone().filter(|name| {
@@ -128,6 +131,7 @@ impl Runtime {
             toolbelt,
             system_prompt,
             slot,
+            replaces,
             resumed: None,
         });
         Ok(started)

@@ -3,6 +3,7 @@
 //! its record written round by round, streaming text flushed every second), and one awaited
 //! write of its end before `message` and `chunk {done: true}`.
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
@@ -44,6 +45,8 @@ pub(super) struct Launch {
     pub toolbelt: Toolbelt,
     pub system_prompt: String,
     pub slot: TurnSlot,
+    /// The place of the answer whose exchange (and everything after) the turn replaces.
+    pub replaces: Option<i64>,
     /// Where a turn taken up after its process died goes on from; `None`: a new turn.
     pub resumed: Option<Resumed>,
 }
@@ -70,6 +73,8 @@ enum Begin {
         new_thread: Option<ThreadRow>,
         user_message: NewMessage,
         lease_row: WriteOp,
+        /// The place of the answer it replaces (see [`Launch::replaces`]).
+        replaces: Option<i64>,
     },
     /// Go on from the record.
     Resumed(Resumed),
@@ -116,6 +121,7 @@ impl Runtime {
             toolbelt,
             system_prompt,
             slot,
+            replaces,
             resumed,
         } = launch;
         let thread = claim.runtime;
@@ -199,6 +205,7 @@ impl Runtime {
                 new_thread: claim.new_thread,
                 user_message,
                 lease_row,
+                replaces,
             },
             (None, None) => unreachable!("a new turn always takes a lease row"),
         };
@@ -218,11 +225,13 @@ impl TurnTask {
                 new_thread,
                 user_message,
                 lease_row,
+                replaces,
             } => {
                 self.begin(
                     new_thread,
                     user_message,
                     lease_row,
+                    replaces,
                     &model,
                     max_history_tokens,
                 )
@@ -302,14 +311,16 @@ impl TurnTask {
     }
 
     /// Read the history (an existing thread's record, pruned to the agent's
-    /// `max_history_tokens`), then write the thread (when new), the user message and the
-    /// running assistant message; the model call need not wait for that commit (group
-    /// commit shares it with other turns starting meanwhile), `turn_started` does.
+    /// `max_history_tokens`, cut before the exchange it replaces), then write the thread
+    /// (when new), the user message and the running assistant message (dropping the replaced
+    /// messages in the same transaction); the model call need not wait for that commit
+    /// (group commit shares it with other turns starting meanwhile), `turn_started` does.
     async fn begin(
         &self,
         new_thread: Option<ThreadRow>,
         mut user_message: NewMessage,
         lease_row: WriteOp,
+        replaces: Option<i64>,
         model: &str,
         max_history_tokens: u64,
     ) -> Result<(Vec<ChatMessage>, TurnRecord<'_>), StoreError> {
@@ -320,7 +331,14 @@ impl TurnTask {
             messages = store.messages(&self.thread.id).await?;
             items = store.root_items(&self.thread.id).await?;
         }
+        // Past every message there was, replaced ones too: a thread's `seq` only rises.
         user_message.position = messages.last().map_or(0, |m| m.position + 1);
+        let cut = replaces.map(|answer| super::replace::cut_position(&messages, answer));
+        if let Some(cut) = cut {
+            messages.retain(|m| m.position < cut);
+            let kept: HashSet<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+            items.retain(|item| kept.contains(item.message_id.as_str()));
+        }
         let record = TurnRecord {
             thread_id: &self.thread.id,
             message_id: &self.message_id,
@@ -333,10 +351,17 @@ impl TurnTask {
             provider: &self.provider_name,
             model: &self.model_name,
         };
-        let mut start = vec![WriteOp::BeginTurn {
+        let mut start = Vec::new();
+        if let Some(position) = cut {
+            start.push(WriteOp::DropMessages {
+                thread_id: self.thread.id.to_string(),
+                position,
+            });
+        }
+        start.push(WriteOp::BeginTurn {
             thread: new_thread,
             messages: vec![user_message.clone(), running_message(&record)],
-        }];
+        });
         start.push(lease_row);
         if let Some(mode) = self.mode_change {
             start.push(WriteOp::SetThreadMode {
