@@ -847,6 +847,36 @@ async fn the_permission_menu_and_the_chat_list_work_from_the_keyboard() {
     b.press(&Key::Enter).await;
     b.wait("document.getElementById('thread-title').textContent === 'hi'")
         .await;
+
+    // An approval answered from the keyboard: from the composer, back (Shift+Tab) to Allow.
+    b.click("#new-thread").await;
+    b.js("(document.getElementById('input').focus(), true)")
+        .await;
+    b.press("write my notes").await;
+    b.press(&Key::Enter).await;
+    b.wait("document.querySelector('.approval button[data-decision=allow]')")
+        .await;
+    b.js("(document.getElementById('input').focus(), true)")
+        .await;
+    let on_allow = "document.activeElement.dataset.decision === 'allow'";
+    for _ in 0..12 {
+        if b.js(on_allow).await == json!(true) {
+            break;
+        }
+        b.press(&format!("{}{}{}", Key::Shift, Key::Tab, Key::Null))
+            .await;
+    }
+    assert_eq!(
+        b.js(on_allow).await,
+        json!(true),
+        "Allow is reachable by keyboard"
+    );
+    b.press(&Key::Enter).await;
+    b.wait(&format!("{ANSWER} === 'done writing'")).await;
+    assert_eq!(
+        std::fs::read_to_string(server.workspace.join("notes.md")).unwrap(),
+        "hello from the browser"
+    );
     b.close().await;
     server.stop().await;
 }
