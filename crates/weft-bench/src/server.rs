@@ -61,6 +61,9 @@ async fn spawn(
     // The child runs in the temporary directory: a relative binary path is ours.
     let bin =
         std::fs::canonicalize(bin).map_err(|e| format!("cannot find {}: {e}", bin.display()))?;
+    // Its log goes to a file beside its database: read back when it fails to start.
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
     let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&config_path)
@@ -69,7 +72,7 @@ async fn spawn(
         .env("WEFT_WORKSPACE", &workspace)
         .env("RUST_LOG", "warn,weft_server=info")
         .current_dir(dir.path())
-        .stderr(Stdio::null())
+        .stderr(log)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -77,6 +80,8 @@ async fn spawn(
     let pid = child.id().unwrap_or(0);
     let stdout = child.stdout.take().ok_or("no server stdout")?;
     let mut lines = BufReader::new(stdout).lines();
+    // What it said before failing to start, to say why.
+    let mut said: Vec<String> = Vec::new();
     let addr = loop {
         match tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
             Ok(Ok(Some(line))) => {
@@ -88,8 +93,21 @@ async fn spawn(
                         .take_while(|c| !c.is_whitespace() && *c != '\u{1b}')
                         .collect::<String>();
                 }
+                said.push(line);
             }
-            _ => return Err("the server never said `listening on`".into()),
+            _ => {
+                said.extend(
+                    std::fs::read_to_string(&log_path)
+                        .unwrap_or_default()
+                        .lines()
+                        .map(str::to_owned),
+                );
+                let tail = &said[said.len().saturating_sub(20)..];
+                return Err(format!(
+                    "the server never said `listening on`; it said:\n{}",
+                    tail.join("\n")
+                ));
+            }
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });

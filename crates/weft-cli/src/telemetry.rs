@@ -1,4 +1,4 @@
-//! Logging and traces: the log to stderr (`RUST_LOG`), and — when `[telemetry] otlp_endpoint`
+//! Logging and traces: the log to stdout (`RUST_LOG`), and — when `[telemetry] otlp_endpoint`
 //! (or `OTEL_EXPORTER_OTLP_ENDPOINT`) is set — the GenAI spans exported over OTLP/HTTP.
 
 use anyhow::Context;
@@ -23,10 +23,15 @@ impl Drop for Traces {
     }
 }
 
+/// `RUST_LOG`, by default `info` (sqlx: `warn`).
+fn env_filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into())
+}
+
 /// `RUST_LOG` (default `info`), never the GenAI spans: they are for the exporter, and would
 /// otherwise prefix every log line inside a turn (and cost a formatted span each).
 fn log_filter() -> EnvFilter {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
+    let filter = env_filter();
     match format!("{}=off", weft_core::telemetry::TARGET).parse() {
         Ok(off) => filter.add_directive(off),
         Err(_) => filter,
@@ -42,11 +47,20 @@ pub fn init_log() {
 
 /// The log, and the GenAI spans exported when `config` names an endpoint.
 pub fn init(config: &TelemetryConfig) -> anyhow::Result<Option<Traces>> {
-    let log = tracing_subscriber::fmt::layer().with_filter(log_filter());
     if config.otlp_endpoint.is_empty() {
-        tracing_subscriber::registry().with(log).init();
+        init_log();
         return Ok(None);
     }
+    // `RUST_LOG` filters globally (as an `EnvFilter` per layer it dropped some events, such
+    // as "listening on", depending on what had been logged before), the GenAI spans let
+    // through for the exporter alone.
+    let everything = match format!("{}=info", weft_core::telemetry::TARGET).parse() {
+        Ok(spans) => env_filter().add_directive(spans),
+        Err(_) => env_filter(),
+    };
+    let log = tracing_subscriber::fmt::layer().with_filter(tracing_subscriber::filter::filter_fn(
+        |meta| meta.target() != weft_core::telemetry::TARGET,
+    ));
     weft_core::telemetry::set_capture_content(config.capture_content);
     let endpoint = config.otlp_endpoint.trim_end_matches('/');
     let endpoint = if endpoint.ends_with("/v1/traces") {
@@ -73,7 +87,11 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<Option<Traces>> {
         .with_filter(
             Targets::new().with_target(weft_core::telemetry::TARGET, tracing::Level::INFO),
         );
-    tracing_subscriber::registry().with(log).with(spans).init();
+    tracing_subscriber::registry()
+        .with(everything)
+        .with(log)
+        .with(spans)
+        .init();
     tracing::info!(%endpoint, capture_content = config.capture_content, "exporting traces");
     Ok(Some(Traces(provider)))
 }

@@ -414,3 +414,41 @@ fn get_json(url: &str, path: &str) -> serde_json::Value {
     let (_, body) = response.split_once("\r\n\r\n").unwrap();
     serde_json::from_str(body).unwrap()
 }
+
+/// With `RUST_LOG` naming targets (`warn,weft_server=info`), on a PostgreSQL database that
+/// needs no migration, `serve` still says where it listens (as a per-layer filter the
+/// `EnvFilter` dropped that line).
+#[tokio::test]
+async fn serve_says_where_it_listens_whatever_the_log_filter() {
+    let db = weft_store::testing::TestDb::postgres().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for filter in ["warn,weft_server=info", "weft_server=info", "info"] {
+        let mut child = Command::new(WEFT)
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .env("WEFT_DATABASE_URL", &db.url)
+            .env("WEFT_WORKSPACE", dir.path().join("workspace"))
+            .env("RUST_LOG", filter)
+            .env("NO_COLOR", "1")
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        // A server that never says it does not stop: the line is looked for on a thread.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("listening on 127.0.0.1:") {
+                    let _ = tx.send(line);
+                    return;
+                }
+            }
+        });
+        let said = rx.recv_timeout(Duration::from_secs(20));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(said.is_ok(), "RUST_LOG={filter}: no `listening on` line");
+    }
+    db.drop_database().await.unwrap();
+}

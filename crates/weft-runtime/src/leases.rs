@@ -107,9 +107,11 @@ pub struct TurnLease {
 
 impl TurnLease {
     /// Whether this replica still surely holds the lease (by its own monotonic clock, which
-    /// keeps running while the process is stopped).
+    /// keeps running while the process is stopped). Where no other process shares the
+    /// database (SQLite), nobody can take it: held until the turn ends, however late a
+    /// starved process gets round to anything.
     pub fn held(&self) -> bool {
-        Instant::now() < *self.valid_until.lock()
+        !self.fenced || Instant::now() < *self.valid_until.lock()
     }
 
     /// Whether the lease is still held; when it is not, the turn is stopped (once). Called
@@ -219,8 +221,17 @@ impl Leases {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
+    /// Whether other processes share the database, so leases must be renewed and can be
+    /// lost (PostgreSQL); with SQLite only a restart of this process takes its turns.
+    pub fn shared(&self) -> bool {
+        self.fenced
+    }
+
     /// Renew every lease; a lease not renewed before its local deadline is lost.
     pub async fn renew(&self, store: &Store) {
+        if !self.fenced {
+            return;
+        }
         let started = Instant::now();
         match store
             .renew_leases(&self.owner, now_ms() + self.lease_millis())

@@ -4,8 +4,8 @@
 //! on: a workflow run, a media generation, code mode) it is closed as `interrupted`, keeping
 //! the text it had streamed, every call it left without a result answered "interrupted" (so
 //! the next turn's history stays valid), and the thread's pending approvals `expired`. Turns
-//! other replicas hold, and turns this one runs, are left alone. The heartbeat that renews
-//! this replica's leases runs the sweep.
+//! other replicas hold, and turns this one runs, are left alone. The sweep runs as often as
+//! the heartbeat that renews this replica's leases, on a task of its own.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
@@ -33,18 +33,34 @@ pub trait Resumer: Send + Sync {
     ) -> Result<bool, StoreError>;
 }
 
-/// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone),
-/// then take up what dead replicas left. Ends when the leases go with the runtime.
+/// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone);
+/// apart from that, and never holding it up however long it takes, take up what dead
+/// replicas left. Both end when the leases go with the runtime. Nothing runs where no other
+/// process shares the database (SQLite): nobody can take this process's leases, and what a
+/// former life left is taken up at start-up.
 pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store, resumer: Option<Weak<dyn Resumer>>) {
-    let me: Weak<Leases> = Arc::downgrade(leases);
+    if !leases.shared() {
+        return;
+    }
     let every = leases.heartbeat();
+    let me: Weak<Leases> = Arc::downgrade(leases);
+    let renewals = store.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(leases) = me.upgrade() else { return };
-            leases.renew(&store).await;
+            leases.renew(&renewals).await;
+        }
+    });
+    let me: Weak<Leases> = Arc::downgrade(leases);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(leases) = me.upgrade() else { return };
             let resumer = resumer.as_ref().and_then(Weak::upgrade);
             let swept = recover_orphaned_turns(&store, &leases, Sweep::Heartbeat, resumer);
             if let Err(e) = swept.await {
