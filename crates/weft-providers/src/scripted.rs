@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,8 +48,10 @@ pub struct Conversation {
 pub struct Step {
     #[serde(default)]
     pub text: Option<String>,
+    /// Shared with every stream that sends them: a stream holds the script's chunks, not a
+    /// copy (10,000 streaming turns would otherwise each keep theirs).
     #[serde(default)]
-    pub chunks: Option<Vec<String>>,
+    pub chunks: Option<Arc<[String]>>,
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
     #[serde(default)]
@@ -249,10 +252,10 @@ impl Provider for ScriptedProvider {
                 () = tokio::time::sleep(Duration::from_millis(ms)) => {}
             }
         }
-        let chunks: Vec<String> = match (&step.chunks, &step.text) {
+        let chunks: Arc<[String]> = match (&step.chunks, &step.text) {
             (Some(chunks), _) => chunks.clone(),
-            (None, Some(text)) => vec![text.clone()],
-            (None, None) => Vec::new(),
+            (None, Some(text)) => Arc::from([text.clone()]),
+            (None, None) => Arc::from([]),
         };
         let error = step.error.as_ref().and_then(injected_error);
         if chunks.is_empty() {
@@ -293,8 +296,9 @@ impl Provider for ScriptedProvider {
         };
         let delay = step.chunk_delay_ms.map(Duration::from_millis);
 
-        let times = step.repeat_chunks.unwrap_or(1);
-        let text = (0..times).flat_map(move |_| chunks.clone().into_iter());
+        // Each chunk is copied only as it is sent.
+        let sent = chunks.len() * usize::try_from(step.repeat_chunks.unwrap_or(1)).unwrap_or(1);
+        let text = (0..sent).map(move |i| chunks[i % chunks.len()].clone());
         let mut events: Vec<Result<ProviderEvent, ProviderError>> = Vec::new();
         match error {
             Some(error) => events.push(Err(error)),

@@ -1,5 +1,5 @@
 //! A turn's frames kept for `resume_chat`, bounded in bytes: consecutive text chunks are
-//! coalesced into one run (16 bytes of bookkeeping per chunk instead of a frame), and when the
+//! coalesced into one run (8 bytes of bookkeeping per chunk instead of a frame), and when the
 //! bound is passed the oldest frames go. A client resuming from before what is kept gets the
 //! stored snapshot first.
 
@@ -16,10 +16,22 @@ struct TextRun {
     parent_id: Option<String>,
     depth: u32,
     content: String,
-    /// Each chunk's seq and where its text ends in `content`.
-    pieces: VecDeque<(u64, usize)>,
+    /// The seq the run's pieces count from.
+    base: u64,
+    /// Each chunk's seq (above `base`) and where its text ends in `content`.
+    pieces: VecDeque<(u32, u32)>,
     /// Bytes dropped from the front of `content` (piece offsets count from the original start).
     trimmed: usize,
+}
+
+/// Bookkeeping per coalesced chunk.
+const PIECE_BYTES: usize = std::mem::size_of::<(u32, u32)>();
+
+impl TextRun {
+    /// A piece's seq and where its text ends.
+    fn piece(&self, (seq, end): (u32, u32)) -> (u64, usize) {
+        (self.base + u64::from(seq), end as usize)
+    }
 }
 
 #[derive(Debug)]
@@ -32,14 +44,14 @@ impl Entry {
     fn bytes(&self) -> usize {
         match self {
             Entry::Frame(f) => f.len(),
-            Entry::Text(run) => run.content.len() + run.pieces.len() * 16,
+            Entry::Text(run) => run.content.len() + run.pieces.len() * PIECE_BYTES,
         }
     }
 
     fn last_seq(&self) -> u64 {
         match self {
             Entry::Frame(f) => f.seq.unwrap_or(0),
-            Entry::Text(run) => run.pieces.back().map_or(0, |p| p.0),
+            Entry::Text(run) => run.pieces.back().map_or(0, |&p| run.piece(p).0),
         }
     }
 }
@@ -96,14 +108,19 @@ impl Replay {
                     parent_id: parent_id.clone(),
                     depth: *depth,
                     content: String::new(),
+                    base: seq,
                     pieces: VecDeque::new(),
                     trimmed: 0,
                 }));
             }
             if let Some(Entry::Text(run)) = self.entries.back_mut() {
                 run.content.push_str(content);
-                run.pieces.push_back((seq, run.trimmed + run.content.len()));
-                self.bytes += content.len() + 16;
+                // A turn's seqs and text stay far below 2^32 from a run's start (its frames
+                // number within 2^26 of its floor; its text is capped).
+                let seq = u32::try_from(seq.saturating_sub(run.base)).unwrap_or(u32::MAX);
+                let end = u32::try_from(run.trimmed + run.content.len()).unwrap_or(u32::MAX);
+                run.pieces.push_back((seq, end));
+                self.bytes += content.len() + PIECE_BYTES;
             }
         } else {
             self.bytes += frame.len();
@@ -121,12 +138,12 @@ impl Replay {
                 Some(Entry::Text(run)) if only_one && run.pieces.len() > 1 => {
                     // One long stream: drop its older half in one go (amortised).
                     let keep_from = run.pieces.len() / 2;
-                    let (seq, end) = run.pieces[keep_from - 1];
+                    let (seq, end) = run.piece(run.pieces[keep_from - 1]);
                     run.pieces.drain(..keep_from);
                     let cut = end - run.trimmed;
                     run.content.drain(..cut);
                     run.trimmed = end;
-                    self.bytes -= cut + keep_from * 16;
+                    self.bytes -= cut + keep_from * PIECE_BYTES;
                     self.dropped_through = self.dropped_through.max(seq);
                 }
                 Some(_) => {
@@ -147,13 +164,19 @@ impl Replay {
                 Entry::Frame(f) if f.seq.unwrap_or(0) > last_seq => frames.push(f.clone()),
                 Entry::Frame(_) => {}
                 Entry::Text(run) => {
-                    let Some(&(seq, _)) = run.pieces.back().filter(|p| p.0 > last_seq) else {
+                    let Some((seq, _)) = run
+                        .pieces
+                        .back()
+                        .map(|&p| run.piece(p))
+                        .filter(|p| p.0 > last_seq)
+                    else {
                         continue;
                     };
                     // Start after the last piece the client already has.
                     let from = run
                         .pieces
                         .iter()
+                        .map(|&p| run.piece(p))
                         .take_while(|p| p.0 <= last_seq)
                         .last()
                         .map_or(run.trimmed, |p| p.1);
