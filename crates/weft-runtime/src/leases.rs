@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
-use weft_store::{now_ms, LeaseRow, Store, WriteOp};
+use weft_store::{now_ms, LeaseRenewer, LeaseRow, Store, WriteOp};
 
 use crate::metrics::Metrics;
 
@@ -94,7 +94,11 @@ pub struct TurnLease {
     pub message_id: String,
     pub owner: Arc<str>,
     /// Past this instant the lease may have expired in the database: the turn must not go on.
-    valid_until: Mutex<Instant>,
+    /// `None` until the turn's start (which writes the lease's row) commits: a lease with no
+    /// row is nobody else's to take, however long the start waits in the writer's queue.
+    valid_until: Mutex<Option<Instant>>,
+    /// How long the lease lasts from its row's write.
+    lasts: Duration,
     /// Whether its writes carry a fence (not on SQLite: one process per database file, so
     /// no other replica can take the lease).
     fenced: bool,
@@ -111,7 +115,26 @@ impl TurnLease {
     /// database (SQLite), nobody can take it: held until the turn ends, however late a
     /// starved process gets round to anything.
     pub fn held(&self) -> bool {
-        !self.fenced || Instant::now() < *self.valid_until.lock()
+        !self.fenced
+            || self
+                .valid_until
+                .lock()
+                .is_none_or(|until| Instant::now() < until)
+    }
+
+    /// The turn's start, with the lease's row, committed in a batch the writer began at
+    /// `batch_started` (before the row's expiry was computed): held from then.
+    pub fn written(&self, batch_started: Option<Instant>) {
+        // Unknown (the writer always knows): as if written a lease ago, so already lapsed.
+        let now = Instant::now();
+        let from = batch_started.unwrap_or_else(|| now.checked_sub(self.lasts).unwrap_or(now));
+        self.extend(from + self.lasts);
+    }
+
+    /// Held until `until` at least (a renewal, or the row's write).
+    fn extend(&self, until: Instant) {
+        let mut valid = self.valid_until.lock();
+        *valid = Some(valid.map_or(until, |v| v.max(until)));
     }
 
     /// Whether the lease is still held; when it is not, the turn is stopped (once). Called
@@ -186,18 +209,30 @@ impl Leases {
         let row = WriteOp::Lease(LeaseRow {
             message_id: message_id.to_owned(),
             owner: self.owner.to_string(),
-            expires_at: now_ms() + self.lease_millis(),
+            lasts_ms: self.lease_millis(),
         });
-        (self.adopt(message_id, cancel), row)
+        (self.hold(message_id, cancel, None), row)
     }
 
     /// The lease of a turn this replica took over (its row is already this replica's),
     /// held from now like one it started.
     pub fn adopt(&self, message_id: &str, cancel: CancellationToken) -> Arc<TurnLease> {
+        self.hold(message_id, cancel, Some(Instant::now() + self.lease))
+    }
+
+    /// A lease of this replica's, live from now, valid until `until` (`None`: its row is not
+    /// written yet).
+    fn hold(
+        &self,
+        message_id: &str,
+        cancel: CancellationToken,
+        until: Option<Instant>,
+    ) -> Arc<TurnLease> {
         let lease = Arc::new(TurnLease {
             message_id: message_id.to_owned(),
             owner: self.owner.clone(),
-            valid_until: Mutex::new(Instant::now() + self.lease),
+            valid_until: Mutex::new(until),
+            lasts: self.lease,
             fenced: self.fenced,
             cancel,
             lost: Default::default(),
@@ -228,20 +263,20 @@ impl Leases {
     }
 
     /// Renew every lease; a lease not renewed before its local deadline is lost.
-    pub async fn renew(&self, store: &Store) {
+    pub async fn renew(&self, renewer: &mut LeaseRenewer) {
         if !self.fenced {
             return;
         }
         let started = Instant::now();
-        match store
-            .renew_leases(&self.owner, now_ms() + self.lease_millis())
+        match renewer
+            .renew(&self.owner, now_ms() + self.lease_millis())
             .await
         {
             Ok(renewed) => {
                 let live = self.live.lock();
                 for id in renewed {
                     if let Some(lease) = live.get(&id) {
-                        *lease.valid_until.lock() = started + self.lease;
+                        lease.extend(started + self.lease);
                     }
                 }
             }

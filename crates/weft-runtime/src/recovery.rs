@@ -15,7 +15,7 @@ use serde_json::json;
 use weft_protocol::{
     ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus, INTERRUPTED_RESULT,
 };
-use weft_store::{now_ms, Backend, ItemRow, MessageRow, Store, StoreError, WriteOp};
+use weft_store::{now_ms, Backend, ItemRow, LeaseRenewer, MessageRow, Store, StoreError, WriteOp};
 
 use crate::leases::Leases;
 use crate::record::views::{root_text, tree_from_items};
@@ -33,27 +33,21 @@ pub trait Resumer: Send + Sync {
     ) -> Result<bool, StoreError>;
 }
 
-/// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone);
-/// apart from that, and never holding it up however long it takes, take up what dead
-/// replicas left. Both end when the leases go with the runtime. Nothing runs where no other
-/// process shares the database (SQLite): nobody can take this process's leases, and what a
-/// former life left is taken up at start-up.
+/// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone) on
+/// a thread of its own, with its own connection, so a saturated runtime cannot make this
+/// replica miss its renewals and stop its own turns; apart from that, on the runtime and
+/// never holding the renewals up, take up what dead replicas left. Both end when the leases
+/// go with the runtime. Nothing runs where no other process shares the database (SQLite):
+/// nobody can take this process's leases, and what a former life left is taken up at
+/// start-up.
 pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store, resumer: Option<Weak<dyn Resumer>>) {
     if !leases.shared() {
         return;
     }
     let every = leases.heartbeat();
-    let me: Weak<Leases> = Arc::downgrade(leases);
-    let renewals = store.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(leases) = me.upgrade() else { return };
-            leases.renew(&renewals).await;
-        }
-    });
+    if let Err(e) = spawn_renewals(Arc::downgrade(leases), store.lease_renewer(), every) {
+        tracing::error!(error = %e, "cannot start the lease renewals: every turn will stop at its lease's end");
+    }
     let me: Weak<Leases> = Arc::downgrade(leases);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -68,6 +62,33 @@ pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store, resumer: Option<Weak<
             }
         }
     });
+}
+
+/// Renew every `every` on a thread of its own (its own runtime, its own connection).
+fn spawn_renewals(
+    leases: Weak<Leases>,
+    mut renewer: LeaseRenewer,
+    every: std::time::Duration,
+) -> std::io::Result<()> {
+    let renewals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("weft-leases".into())
+        .spawn(move || {
+            renewals.block_on(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(leases) = leases.upgrade() else {
+                        return;
+                    };
+                    leases.renew(&mut renewer).await;
+                }
+            });
+        })?;
+    Ok(())
 }
 
 /// When the sweep runs.

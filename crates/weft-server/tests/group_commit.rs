@@ -94,3 +94,33 @@ async fn concurrent_turns_share_commits() {
     assert_eq!(items.len(), 2 * ROUNDS + 1);
     server.stop().await;
 }
+
+/// A turn whose start waits in the writer's queue longer than a lease lasts keeps its lease:
+/// the lease counts from its row's write, not from when the turn asked for it (a server whose
+/// writer lagged under load used to stop its own turns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_queued_longer_than_a_lease_keeps_its_lease() {
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "memory_write", "arguments": {"key": "a", "value": "1"}}]},
+        {"text": "done", "repeat": true}]}]});
+    let server = TestServer::start_with(script, |config| {
+        config.cluster.lease_ms = 400;
+        config.cluster.heartbeat_ms = 100;
+    })
+    .await;
+    let hold = server.store().hold_writes().await;
+    let mut c = server.client().await;
+    c.chat(None, "work", json!({})).await;
+    while server.store().queued_writes() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Three leases' time with the start unwritten.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    drop(hold);
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "error").is_empty(), "{frames:?}");
+    assert_eq!(support::text_of(&frames), "done");
+    let metrics = server.state.runtime.metrics.render();
+    assert!(metrics.contains("weft_leases_lost_total 0"), "{metrics}");
+    server.stop().await;
+}

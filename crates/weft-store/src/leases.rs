@@ -5,29 +5,84 @@
 //!
 //! [`WriteOp::Fence`]: crate::WriteOp::Fence
 
+use std::sync::Arc;
+
+use sqlx::any::AnyConnectOptions;
+use sqlx::AnyConnection;
+use sqlx::Connection;
+
 use crate::rows::MessageRow;
 use crate::{Backend, Result, Store};
+
+const RENEW: &str = "UPDATE turn_leases SET expires_at = $1 WHERE owner = $2 RETURNING message_id";
+
+/// Renews one replica's leases on a connection of its own (opened on first use, and again
+/// after a failure): a renewal never waits for a pooled connection, nor for the runtime the
+/// pool's connections belong to, so it can run on a thread of its own while the server's
+/// runtime is saturated.
+pub struct LeaseRenewer {
+    options: Arc<AnyConnectOptions>,
+    conn: Option<AnyConnection>,
+}
+
+impl LeaseRenewer {
+    /// Extend every lease `owner` holds to `expires_at` (see [`Store::renew_leases`]).
+    pub async fn renew(&mut self, owner: &str, expires_at: i64) -> Result<Vec<String>> {
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => self
+                .conn
+                .insert(AnyConnection::connect_with(&self.options).await?),
+        };
+        let renewed = sqlx::query_scalar(RENEW)
+            .bind(expires_at)
+            .bind(owner)
+            .fetch_all(&mut *conn)
+            .await;
+        if renewed.is_err() {
+            if let Some(conn) = self.conn.take() {
+                let _ = conn.close().await;
+            }
+        }
+        Ok(renewed?)
+    }
+}
 
 /// A lease as written when a turn starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRow {
     pub message_id: String,
     pub owner: String,
+    /// How long it lasts from its write, in milliseconds (a turn's start may wait in the
+    /// writer's queue longer than a lease lasts).
+    pub lasts_ms: i64,
+}
+
+/// A lease as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: String,
     /// Unix milliseconds.
     pub expires_at: i64,
 }
 
 impl Store {
+    /// A [`LeaseRenewer`] for this database.
+    pub fn lease_renewer(&self) -> LeaseRenewer {
+        LeaseRenewer {
+            options: self.pool.connect_options(),
+            conn: None,
+        }
+    }
+
     /// Extend every lease `owner` holds to `expires_at`; returns the turns still held (a
     /// turn another replica took, or that ended, is not among them).
     pub async fn renew_leases(&self, owner: &str, expires_at: i64) -> Result<Vec<String>> {
-        let ids: Vec<String> = sqlx::query_scalar(
-            "UPDATE turn_leases SET expires_at = $1 WHERE owner = $2 RETURNING message_id",
-        )
-        .bind(expires_at)
-        .bind(owner)
-        .fetch_all(&self.pool)
-        .await?;
+        let ids: Vec<String> = sqlx::query_scalar(RENEW)
+            .bind(expires_at)
+            .bind(owner)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(ids)
     }
 
@@ -116,17 +171,13 @@ impl Store {
     }
 
     /// Who holds `message_id`'s lease and until when, if anyone.
-    pub async fn lease(&self, message_id: &str) -> Result<Option<LeaseRow>> {
+    pub async fn lease(&self, message_id: &str) -> Result<Option<Lease>> {
         let row: Option<(String, i64)> =
             sqlx::query_as("SELECT owner, expires_at FROM turn_leases WHERE message_id = $1")
                 .bind(message_id)
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(row.map(|(owner, expires_at)| LeaseRow {
-            message_id: message_id.to_owned(),
-            owner,
-            expires_at,
-        }))
+        Ok(row.map(|(owner, expires_at)| Lease { owner, expires_at }))
     }
 }
 

@@ -25,7 +25,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use collections::{ChunkHit, CollectionRow, DocumentRow, NewDocument};
-pub use leases::LeaseRow;
+pub use leases::{Lease, LeaseRenewer, LeaseRow};
 pub use rows::{
     ApprovalRow, AssetRow, ItemRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, WorkflowRow,
     WorkflowRunRow,
@@ -171,6 +171,11 @@ impl Store {
     /// Hand `op` to the writer; `done` is called once it is committed (or failed).
     pub fn submit(&self, op: WriteOp, done: Option<Done>) {
         self.writer.submit(op, done);
+    }
+
+    /// See [`Writer::batch_started`](writer::Writer::batch_started).
+    pub fn batch_started(&self) -> Option<std::time::Instant> {
+        self.writer.batch_started()
     }
 
     /// Write `op` and wait for its commit.

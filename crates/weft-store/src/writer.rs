@@ -160,6 +160,9 @@ struct Shared {
     /// Held (write side) to keep the writer from committing; the writer takes the read side
     /// around each commit.
     hold: Arc<RwLock<()>>,
+    /// When the batch being written started: before any of its rows (and any time a row
+    /// computes, such as a lease's expiry) was written.
+    batch_started: std::sync::Mutex<Option<Instant>>,
 }
 
 /// While this lives the writer commits nothing; ops queue up (for tests and maintenance).
@@ -175,6 +178,12 @@ impl std::fmt::Debug for Writer {
 const MAX_BATCH: usize = 1024;
 
 impl Writer {
+    /// When the batch being written (or last written) started; read in a [`Done`] callback,
+    /// an instant before anything of that batch was written.
+    pub fn batch_started(&self) -> Option<Instant> {
+        self.shared.batch_started.lock().ok().and_then(|s| *s)
+    }
+
     /// Start the writer task over `pool` (its own connection: one writer per database).
     pub fn start(pool: AnyPool, backend: Backend) -> Writer {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -254,6 +263,9 @@ async fn run(
         if !batch.is_empty() {
             let _held = shared.hold.read().await;
             let ops = batch.len();
+            if let Ok(mut started) = shared.batch_started.lock() {
+                *started = Some(Instant::now());
+            }
             commit_batch(&pool, backend, batch, shared.observer.get()).await;
             shared.queued.fetch_sub(ops, Ordering::Relaxed);
         }
@@ -856,9 +868,10 @@ pub(crate) fn bind_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
 }
 
 fn bind_lease<'q>(q: AnyQuery<'q>, l: &'q &LeaseRow) -> AnyQuery<'q> {
+    // It lasts from its write, however long it waited in the queue.
     q.bind(l.message_id.as_str())
         .bind(l.owner.as_str())
-        .bind(l.expires_at)
+        .bind(now_ms().saturating_add(l.lasts_ms))
 }
 
 fn bind_approval<'q>(q: AnyQuery<'q>, r: &'q &ApprovalRow) -> AnyQuery<'q> {

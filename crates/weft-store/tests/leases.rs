@@ -66,7 +66,7 @@ async fn leases(store: &Store) {
             WriteOp::Lease(LeaseRow {
                 message_id: "m1".into(),
                 owner: "a".into(),
-                expires_at: now + 60_000,
+                lasts_ms: 60_000,
             }),
             fence("m1", "a"),
         ]))

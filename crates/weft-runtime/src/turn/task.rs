@@ -389,8 +389,8 @@ impl TurnTask {
         Ok((history, record))
     }
 
-    /// What happens when the start's write ends, right after the commit: the turn is
-    /// announced, then what it has sent meanwhile; or, when the start could not be saved,
+    /// What happens when the start's write ends, right after the commit: the lease counts
+    /// from its row's write, the turn is announced, then what it has sent meanwhile; or, when the start could not be saved,
     /// those frames are dropped and the turn stops (it ends with an error). Any later write
     /// of the turn commits after this one, so the turn's end always comes after.
     fn announce(&self, seq_floor: u64) -> Done {
@@ -398,6 +398,7 @@ impl TurnTask {
         let cancel = self.cancel.clone();
         let refused = self.refused.clone();
         let bus = self.runtime.bus.clone();
+        let (lease, store) = (self.lease.clone(), self.runtime.store.clone());
         let started = ServerEvent::TurnStarted {
             message_id: self.message_id.clone(),
             permission_mode: self.permission_mode,
@@ -405,6 +406,7 @@ impl TurnTask {
         };
         Box::new(move |committed| match committed {
             Ok(()) => {
+                lease.written(store.batch_started());
                 thread.release_frames(Some(started), seq_floor);
                 if let Some(bus) = bus {
                     bus.announce_turn(&thread.id);
