@@ -124,11 +124,8 @@ impl TurnLease {
 
     /// The turn's start, with the lease's row, committed in a batch the writer began at
     /// `batch_started` (before the row's expiry was computed): held from then.
-    pub fn written(&self, batch_started: Option<Instant>) {
-        // Unknown (the writer always knows): as if written a lease ago, so already lapsed.
-        let now = Instant::now();
-        let from = batch_started.unwrap_or_else(|| now.checked_sub(self.lasts).unwrap_or(now));
-        self.extend(from + self.lasts);
+    pub fn written(&self, batch_started: Instant) {
+        self.extend(batch_started + self.lasts);
     }
 
     /// Held until `until` at least (a renewal, or the row's write).
@@ -264,9 +261,6 @@ impl Leases {
 
     /// Renew every lease; a lease not renewed before its local deadline is lost.
     pub async fn renew(&self, renewer: &mut LeaseRenewer) {
-        if !self.fenced {
-            return;
-        }
         let started = Instant::now();
         match renewer
             .renew(&self.owner, now_ms() + self.lease_millis())

@@ -26,7 +26,8 @@ pub struct LeaseRenewer {
 }
 
 impl LeaseRenewer {
-    /// Extend every lease `owner` holds to `expires_at` (see [`Store::renew_leases`]).
+    /// Extend every lease `owner` holds to `expires_at`; returns the turns still held (a
+    /// turn another replica took, or that ended, is not among them).
     pub async fn renew(&mut self, owner: &str, expires_at: i64) -> Result<Vec<String>> {
         let conn = match &mut self.conn {
             Some(conn) => conn,
@@ -73,17 +74,6 @@ impl Store {
             options: self.pool.connect_options(),
             conn: None,
         }
-    }
-
-    /// Extend every lease `owner` holds to `expires_at`; returns the turns still held (a
-    /// turn another replica took, or that ended, is not among them).
-    pub async fn renew_leases(&self, owner: &str, expires_at: i64) -> Result<Vec<String>> {
-        let ids: Vec<String> = sqlx::query_scalar(RENEW)
-            .bind(expires_at)
-            .bind(owner)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(ids)
     }
 
     /// Assistant messages still `running` that nobody runs: no lease, a lease expired before

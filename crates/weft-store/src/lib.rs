@@ -174,7 +174,7 @@ impl Store {
     }
 
     /// See [`Writer::batch_started`](writer::Writer::batch_started).
-    pub fn batch_started(&self) -> Option<std::time::Instant> {
+    pub fn batch_started(&self) -> std::time::Instant {
         self.writer.batch_started()
     }
 

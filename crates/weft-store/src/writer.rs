@@ -179,9 +179,14 @@ const MAX_BATCH: usize = 1024;
 
 impl Writer {
     /// When the batch being written (or last written) started; read in a [`Done`] callback,
-    /// an instant before anything of that batch was written.
-    pub fn batch_started(&self) -> Option<Instant> {
-        self.shared.batch_started.lock().ok().and_then(|s| *s)
+    /// an instant before anything of that batch was written (now, before any batch).
+    pub fn batch_started(&self) -> Instant {
+        let started = *self
+            .shared
+            .batch_started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        started.unwrap_or_else(Instant::now)
     }
 
     /// Start the writer task over `pool` (its own connection: one writer per database).
@@ -263,9 +268,10 @@ async fn run(
         if !batch.is_empty() {
             let _held = shared.hold.read().await;
             let ops = batch.len();
-            if let Ok(mut started) = shared.batch_started.lock() {
-                *started = Some(Instant::now());
-            }
+            *shared
+                .batch_started
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
             commit_batch(&pool, backend, batch, shared.observer.get()).await;
             shared.queued.fetch_sub(ops, Ordering::Relaxed);
         }

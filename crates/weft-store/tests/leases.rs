@@ -94,7 +94,11 @@ async fn leases(store: &Store) {
 
     // Its owner renews it; nobody else can take it meanwhile.
     assert_eq!(
-        store.renew_leases("a", now + 90_000).await.unwrap(),
+        store
+            .lease_renewer()
+            .renew("a", now + 90_000)
+            .await
+            .unwrap(),
         vec!["m1"]
     );
     assert!(store
@@ -105,7 +109,10 @@ async fn leases(store: &Store) {
     assert_eq!(store.lease("m1").await.unwrap().unwrap().owner, "a");
 
     // Once it expired it is an orphan; the first taker wins.
-    assert_eq!(store.renew_leases("a", now - 1).await.unwrap(), vec!["m1"]);
+    assert_eq!(
+        store.lease_renewer().renew("a", now - 1).await.unwrap(),
+        vec!["m1"]
+    );
     assert_eq!(orphans(now, None).await, vec!["m1", "m0"]);
     let (b, c) = tokio::join!(
         store.take_lease("m1", "b", now + 60_000, now, None),
@@ -132,7 +139,8 @@ async fn leases(store: &Store) {
 
     // The old owner renews nothing, and its fenced writes fail alone: the taker's commit.
     assert!(store
-        .renew_leases("a", now + 90_000)
+        .lease_renewer()
+        .renew("a", now + 90_000)
         .await
         .unwrap()
         .is_empty());

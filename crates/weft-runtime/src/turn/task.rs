@@ -390,9 +390,10 @@ impl TurnTask {
     }
 
     /// What happens when the start's write ends, right after the commit: the lease counts
-    /// from its row's write, the turn is announced, then what it has sent meanwhile; or, when the start could not be saved,
-    /// those frames are dropped and the turn stops (it ends with an error). Any later write
-    /// of the turn commits after this one, so the turn's end always comes after.
+    /// from its row's write, the turn is announced, then what it has sent meanwhile; or,
+    /// when the start could not be saved, those frames are dropped and the turn stops (it
+    /// ends with an error). Any later write of the turn commits after this one, so the
+    /// turn's end always comes after.
     fn announce(&self, seq_floor: u64) -> Done {
         let thread = self.thread.clone();
         let cancel = self.cancel.clone();
