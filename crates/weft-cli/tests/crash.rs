@@ -66,7 +66,15 @@ async fn mid_stream(postgres: bool) {
     let mut ws = server.connect().await;
     send(&mut ws, chat("tell me a long story", None)).await;
     let mut seen: Vec<(Instant, Value)> = Vec::new();
-    while seen.iter().filter(|(_, f)| f["type"] == "chunk").count() < 16 {
+    // Sixteen chunks' worth of text (a busy server may send several in one frame).
+    let streamed_len = |seen: &[(Instant, Value)]| -> usize {
+        seen.iter()
+            .filter(|(_, f)| f["type"] == "chunk")
+            .filter_map(|(_, f)| f["content"].as_str())
+            .map(str::len)
+            .sum()
+    };
+    while streamed_len(&seen) < 16 * 4 {
         let f = recv(&mut ws).await;
         seen.push((Instant::now(), f));
     }

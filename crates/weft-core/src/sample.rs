@@ -3,12 +3,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use weft_protocol::ServerEvent;
 
+use crate::budget::BudgetTrip;
 use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
-use crate::provider::{ProviderEvent, ProviderRequest, ToolSpec, Usage};
+use crate::provider::{
+    ProviderError, ProviderEvent, ProviderRequest, ProviderStream, ToolSpec, Usage,
+};
 use crate::record::ModelCallRecord;
 use crate::telemetry;
 use crate::turn::Turn;
@@ -78,50 +81,27 @@ pub(crate) async fn sample(
 
     let mut text = String::new();
     let mut tool_calls = Vec::new();
+    let mut held = None;
     loop {
         if turn.is_stopped() {
             return Err(call.close(Some("cancelled"), SampleError::Stopped));
         }
-        let next = tokio::select! {
-            biased;
-            next = stream.next() => next,
-            () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
+        let next = match held.take() {
+            Some(next) => next,
+            None => tokio::select! {
+                biased;
+                next = stream.next() => next,
+                () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
+            },
         };
+        let next = coalesce(next, &mut stream, &mut held);
         match next {
             None => break,
             Some(Err(e)) => {
                 return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string())))
             }
-            Some(Ok(ProviderEvent::TextDelta(mut delta))) => {
-                if delta.is_empty() {
-                    continue;
-                }
-                // The output cap holds while streaming: what fits is kept, then the turn ends.
-                let capped = match turn.budget.take_output_bytes(delta.len()) {
-                    Ok(()) => None,
-                    Err((fits, trip)) => {
-                        let mut cut = fits.min(delta.len());
-                        while cut > 0 && !delta.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        delta.truncate(cut);
-                        Some(trip)
-                    }
-                };
-                if level.quiet {
-                    text.push_str(&delta);
-                } else if !delta.is_empty() {
-                    text.push_str(&delta);
-                    all_text.push_str(&delta);
-                    turn.recorder.text(level.place(), &delta);
-                    turn.events.emit(ServerEvent::Chunk {
-                        content: delta,
-                        done: false,
-                        parent_id: level.parent_id.clone(),
-                        depth: level.depth,
-                    });
-                }
-                if let Some(trip) = capped {
+            Some(Ok(ProviderEvent::TextDelta(delta))) => {
+                if let Some(trip) = stream_text(turn, level, delta, &mut text, all_text) {
                     turn.trip(trip);
                     return Err(call.close(Some("output cap reached"), SampleError::Stopped));
                 }
@@ -147,6 +127,70 @@ pub(crate) async fn sample(
         usage: call.usage,
     })
 }
+
+/// Keeps a text delta and streams it out (a quiet level only keeps it). The output cap holds
+/// while streaming: what fits is kept, and the trip that ends the turn is returned.
+fn stream_text(
+    turn: &Turn,
+    level: &Level,
+    mut delta: String,
+    text: &mut String,
+    all_text: &mut String,
+) -> Option<BudgetTrip> {
+    let capped = match turn.budget.take_output_bytes(delta.len()) {
+        Ok(()) => None,
+        Err((fits, trip)) => {
+            let mut cut = fits.min(delta.len());
+            while cut > 0 && !delta.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            delta.truncate(cut);
+            Some(trip)
+        }
+    };
+    text.push_str(&delta);
+    if !level.quiet && !delta.is_empty() {
+        all_text.push_str(&delta);
+        turn.recorder.text(level.place(), &delta);
+        turn.events.emit(ServerEvent::Chunk {
+            content: delta,
+            done: false,
+            parent_id: level.parent_id.clone(),
+            depth: level.depth,
+        });
+    }
+    capped
+}
+
+/// Text that has already arrived behind a text delta joins it, up to [`COALESCED_MAX`] bytes:
+/// a turn that fell behind its model (a busy server) sends one chunk where it would have sent
+/// many, and does the per-chunk work (record, replay, frame) once. Nothing waits for more
+/// text; the first event that is not text is held for the next round.
+fn coalesce(
+    next: Option<ProviderItem>,
+    stream: &mut ProviderStream,
+    held: &mut Option<Option<ProviderItem>>,
+) -> Option<ProviderItem> {
+    let Some(Ok(ProviderEvent::TextDelta(mut delta))) = next else {
+        return next;
+    };
+    while delta.len() < COALESCED_MAX {
+        match stream.next().now_or_never() {
+            Some(Some(Ok(ProviderEvent::TextDelta(more)))) => delta.push_str(&more),
+            Some(other) => {
+                *held = Some(other);
+                break;
+            }
+            None => break,
+        }
+    }
+    Some(Ok(ProviderEvent::TextDelta(delta)))
+}
+
+/// The most text [`coalesce`] joins into one chunk.
+const COALESCED_MAX: usize = 16 << 10;
+
+type ProviderItem = Result<ProviderEvent, ProviderError>;
 
 /// Accounts for one provider call however it ends: usage, cost, the model-call record.
 struct CallAccount<'a> {

@@ -24,7 +24,7 @@ async fn a_trivial_question_is_answered_directly() {
     let (outcome, events) = h.run().await;
     assert_eq!(
         lines(&events),
-        vec!["chunk d0 \"Hel\"", "chunk d0 \"lo\"", "cost llm=1 tools=0"]
+        vec!["chunk d0 \"Hello\"", "cost llm=1 tools=0"]
     );
     assert_eq!(outcome.end, TurnEnd::Completed);
     assert_eq!(outcome.text, "Hello");
@@ -542,4 +542,41 @@ async fn a_tool_running_past_its_timeout_is_a_timed_out_result() {
         weft_protocol::ToolResultStatus::TimedOut
     );
     assert_eq!(outcome.text, "moved on");
+}
+
+fn chunk_texts(events: &[ServerEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::Chunk { content, done, .. } if !done => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn text_that_has_already_arrived_goes_out_as_one_chunk() {
+    // No pacing: every piece is there when the first is read, so the turn sends them once.
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["a", "b", "c"], "tool_calls": [{"name": "echo", "arguments": {}}]},
+        {"text": "done"}]}]}))
+    .tool(TestTool::new("echo"));
+    let (outcome, events) = h.run().await;
+    assert_eq!(chunk_texts(&events), vec!["abc", "done"]);
+    assert_eq!(outcome.text, "abcdone");
+    assert_eq!(
+        outcome.totals.tool_calls, 1,
+        "the call behind the text is kept"
+    );
+}
+
+#[tokio::test]
+async fn text_paced_by_the_model_goes_out_as_it_comes() {
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["one ", "two ", "three"], "chunk_delay_ms": 200}]}]}));
+    let (outcome, events) = h.run().await;
+    let chunks = chunk_texts(&events);
+    assert!(chunks.len() > 1, "{chunks:?}");
+    assert_eq!(chunks.concat(), "one two three");
+    assert_eq!(outcome.text, "one two three");
 }

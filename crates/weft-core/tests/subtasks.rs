@@ -36,8 +36,7 @@ async fn parallel_subtasks_nest_their_events_and_results() {
             "end d0 run_subtask#sa",
             "chunk d1 <sb> \"B is new.\"",
             "end d0 run_subtask#sb",
-            "chunk d0 \"A and B \"",
-            "chunk d0 \"differ.\"",
+            "chunk d0 \"A and B differ.\"",
             "cost llm=4 tools=2",
         ]
     );

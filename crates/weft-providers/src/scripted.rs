@@ -315,14 +315,20 @@ impl Provider for ScriptedProvider {
         let events = text.map(|c| Ok(ProviderEvent::TextDelta(c))).chain(events);
         match delay {
             None => Ok(stream::iter(events).boxed()),
-            Some(delay) => Ok(stream::iter(events.enumerate())
-                .then(move |(i, event)| async move {
-                    if i > 0 {
-                        tokio::time::sleep(delay).await;
-                    }
-                    event
-                })
-                .boxed()),
+            // Paced as a model is: chunk i is due `i × delay` after the first, however fast
+            // the server takes them, so a server that falls behind finds them waiting.
+            Some(delay) => {
+                let start = tokio::time::Instant::now();
+                Ok(stream::iter(events.zip(0u32..))
+                    .then(move |(event, i)| async move {
+                        let due = start + delay * i;
+                        if tokio::time::Instant::now() < due {
+                            tokio::time::sleep_until(due).await;
+                        }
+                        event
+                    })
+                    .boxed())
+            }
         }
     }
 }

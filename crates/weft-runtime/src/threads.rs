@@ -34,6 +34,8 @@ pub struct ThreadRuntime {
     pub owner: String,
     pub gate: PermissionGate,
     state: Mutex<ThreadState>,
+    /// The hub's index of who subscribed where, told of each subscription.
+    subscriptions: Arc<Subscriptions>,
     /// Told when a turn ends.
     ended: tokio::sync::Notify,
 }
@@ -61,8 +63,15 @@ struct ThreadState {
 }
 
 impl ThreadRuntime {
-    fn new(id: &str, owner: &str, mode: PermissionMode, replay_limit: usize) -> Self {
+    fn new(
+        id: &str,
+        owner: &str,
+        mode: PermissionMode,
+        replay_limit: usize,
+        subscriptions: Arc<Subscriptions>,
+    ) -> Self {
         ThreadRuntime {
+            subscriptions,
             id: Arc::from(id),
             owner: owner.to_owned(),
             gate: PermissionGate::new(mode),
@@ -175,9 +184,13 @@ impl ThreadRuntime {
     }
 
     pub fn subscribe(&self, sink: Arc<dyn FrameSink>) {
-        let mut state = self.state.lock();
-        state.detach_generation += 1;
-        state.subscribers.insert(sink.id(), sink);
+        let subscriber = sink.id();
+        {
+            let mut state = self.state.lock();
+            state.detach_generation += 1;
+            state.subscribers.insert(subscriber, sink);
+        }
+        self.subscriptions.note(subscriber, &self.id);
     }
 
     /// What a client that saw up to `last_seq` missed, and whether a turn is still running.
@@ -345,9 +358,28 @@ impl ThreadRuntime {
     }
 }
 
+/// Which threads each subscriber subscribed to, so a subscriber leaving visits only those.
+#[derive(Default)]
+struct Subscriptions(Mutex<HashMap<SubscriberId, Vec<Arc<str>>>>);
+
+impl Subscriptions {
+    fn note(&self, subscriber: SubscriberId, thread: &Arc<str>) {
+        let mut index = self.0.lock();
+        let threads = index.entry(subscriber).or_default();
+        if !threads.contains(thread) {
+            threads.push(thread.clone());
+        }
+    }
+
+    fn take(&self, subscriber: SubscriberId) -> Vec<Arc<str>> {
+        self.0.lock().remove(&subscriber).unwrap_or_default()
+    }
+}
+
 #[derive(Default)]
 pub struct ThreadHub {
     threads: Mutex<HashMap<String, Arc<ThreadRuntime>>>,
+    subscriptions: Arc<Subscriptions>,
     /// Pending approval (server-unique tool-call id) → thread id.
     approvals: Mutex<HashMap<String, String>>,
     /// Bytes of frames each thread keeps for replay.
@@ -372,7 +404,15 @@ impl ThreadHub {
         self.threads
             .lock()
             .entry(id.to_owned())
-            .or_insert_with(|| Arc::new(ThreadRuntime::new(id, owner, mode, self.replay_limit)))
+            .or_insert_with(|| {
+                Arc::new(ThreadRuntime::new(
+                    id,
+                    owner,
+                    mode,
+                    self.replay_limit,
+                    self.subscriptions.clone(),
+                ))
+            })
             .clone()
     }
 
@@ -382,7 +422,13 @@ impl ThreadHub {
         let mut threads = self.threads.lock();
         let thread = threads.entry(row.id.clone()).or_insert_with(|| {
             let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
-            let thread = ThreadRuntime::new(&row.id, &row.owner, mode, self.replay_limit);
+            let thread = ThreadRuntime::new(
+                &row.id,
+                &row.owner,
+                mode,
+                self.replay_limit,
+                self.subscriptions.clone(),
+            );
             for tool in &row.allowed_tools {
                 thread.gate.allow_for_chat(tool);
             }
@@ -398,7 +444,14 @@ impl ThreadHub {
     /// Unsubscribe a subscriber everywhere; returns the turns it left orphaned, each with the
     /// detach generation to check when the grace period ends.
     pub fn detach(&self, subscriber: SubscriberId) -> Vec<(Arc<ThreadRuntime>, u64)> {
-        let threads: Vec<_> = self.threads.lock().values().cloned().collect();
+        let subscribed = self.subscriptions.take(subscriber);
+        let threads: Vec<_> = {
+            let threads = self.threads.lock();
+            subscribed
+                .iter()
+                .filter_map(|id| threads.get(&**id).cloned())
+                .collect()
+        };
         threads
             .into_iter()
             .filter_map(|t| t.unsubscribe(subscriber).map(|generation| (t, generation)))
@@ -477,5 +530,41 @@ mod tests {
             "the replay buffer is dropped"
         );
         assert_eq!(watched.state.lock().replay.bytes(), 0);
+    }
+
+    #[test]
+    fn a_leaving_subscriber_leaves_the_threads_it_watched_and_orphans_their_turns() {
+        let hub = ThreadHub::new(1 << 20);
+        let threads: Vec<_> = (0..4)
+            .map(|i| hub.get_or_insert(&format!("t{i}"), "u", PermissionMode::Default))
+            .collect();
+        for t in &threads[..3] {
+            assert!(t.try_begin(CancellationToken::new(), "m"));
+        }
+        let (leaving, _frames) = crate::frame::ChannelSink::new(1, 1 << 20);
+        let (staying, _more) = crate::frame::ChannelSink::new(2, 1 << 20);
+        threads[0].subscribe(leaving.clone());
+        threads[0].subscribe(leaving.clone());
+        threads[1].subscribe(leaving.clone());
+        threads[1].subscribe(staying.clone());
+        threads[3].subscribe(leaving);
+        threads[2].subscribe(staying);
+
+        let orphaned: Vec<String> = hub
+            .detach(1)
+            .into_iter()
+            .map(|(t, _)| t.id.to_string())
+            .collect();
+        assert_eq!(orphaned, vec!["t0"], "t1 is still watched, t3 runs no turn");
+        for t in &threads {
+            assert!(!t.state.lock().subscribers.contains_key(&1));
+        }
+        assert_eq!(threads[1].subscribers().len(), 1);
+        assert!(hub.detach(1).is_empty(), "nothing is left to leave");
+        assert_eq!(
+            hub.detach(2).len(),
+            2,
+            "t1 and t2 are orphaned when the other one goes"
+        );
     }
 }

@@ -21,7 +21,6 @@ async fn a_trivial_answer_streams_and_is_persisted() {
         vec![
             "turn_started",
             "chunk d0",
-            "chunk d0",
             "cost_summary",
             "message",
             "done"
@@ -31,7 +30,7 @@ async fn a_trivial_answer_streams_and_is_persisted() {
     // Consecutive, from where the turn's position puts it (2^26 per message position: a
     // thread's seq only increases whichever replica runs its turns).
     assert_eq!(seqs[0], 1 << 26, "the turn answers at position 1");
-    assert_eq!(seqs, (seqs[0]..seqs[0] + 6).collect::<Vec<_>>());
+    assert_eq!(seqs, (seqs[0]..seqs[0] + 5).collect::<Vec<_>>());
     assert_eq!(text_of(&frames), "Hello!");
     let thread = thread_of(&frames);
     assert!(frames.iter().all(|f| f["thread_id"] == thread.as_str()));
@@ -99,7 +98,6 @@ async fn parallel_subtasks_nest_and_the_tree_reloads_over_rest() {
             "end run_subtask d0",
             "chunk d1",
             "end run_subtask d0",
-            "chunk d0",
             "chunk d0",
             "cost_summary",
             "message",

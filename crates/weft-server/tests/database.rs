@@ -28,7 +28,9 @@ async fn connections_terminated_mid_turn_lose_nothing() {
     for round in 0..5 {
         c.chat(None, &format!("round {round}"), json!({})).await;
         let mut frames = c
-            .recv_until(|f| f["type"] == "chunk" && f["content"] == "two ")
+            .recv_until(|f| {
+                f["type"] == "chunk" && f["content"].as_str().is_some_and(|c| c.contains("two"))
+            })
             .await;
         let ended = weft_store::testing::terminate_connections(&url)
             .await
@@ -68,7 +70,9 @@ async fn a_thread_deleted_while_its_turn_streams_stays_deleted() {
     for round in 0..6 {
         c.chat(None, &format!("round {round}"), json!({})).await;
         let frames = c
-            .recv_until(|f| f["type"] == "chunk" && f["content"] == "three ")
+            .recv_until(|f| {
+                f["type"] == "chunk" && f["content"].as_str().is_some_and(|c| c.contains("three"))
+            })
             .await;
         let thread = thread_of(&frames);
         let (status, _) = server

@@ -64,13 +64,15 @@ async fn a_turn_against_a_mock_openai_server() {
     let mut client = server.client().await;
     client.chat(None, "remember a=1", json!({})).await;
     let frames = client.turn().await;
+    // Text read together goes out as one chunk: how many depends on how the bytes arrived.
+    let mut seen = kinds(&frames);
+    seen.dedup();
     assert_eq!(
-        kinds(&frames),
+        seen,
         vec![
             "turn_started",
             "start memory_write d0",
             "end memory_write d0",
-            "chunk d0",
             "chunk d0",
             "cost_summary",
             "message",
