@@ -226,7 +226,10 @@ impl ThreadRuntime {
             sink.send(Outgoing { frame, event: None });
         }
         state.detach_generation += 1;
-        state.subscribers.insert(sink.id(), sink);
+        let subscriber = sink.id();
+        state.subscribers.insert(subscriber, sink);
+        drop(state);
+        self.subscriptions.note(subscriber, &self.id);
         count
     }
 
@@ -547,7 +550,7 @@ mod tests {
         threads[0].subscribe(leaving.clone());
         threads[1].subscribe(leaving.clone());
         threads[1].subscribe(staying.clone());
-        threads[3].subscribe(leaving);
+        threads[3].resume(leaving, 0, None);
         threads[2].subscribe(staying);
 
         let orphaned: Vec<String> = hub
