@@ -109,7 +109,7 @@ impl ThreadRuntime {
     pub fn publish(&self, event: ServerEvent) {
         let mut state = self.state.lock();
         match &mut state.held {
-            Some(held) => held.push(event),
+            Some(held) => hold(held, event),
             None => self.publish_locked(&mut state, event),
         }
     }
@@ -501,6 +501,39 @@ impl ThreadHub {
     }
 }
 
+/// The most text one held chunk gathers.
+const HELD_CHUNK_MAX: usize = 16 << 10;
+
+/// Keep a frame back until the turn's start commits. Text streamed meanwhile joins the held
+/// chunk before it (no `seq` is given yet, so nobody can tell): a turn whose start waits in a
+/// busy writer holds its text once, not as hundreds of frames.
+fn hold(held: &mut Vec<ServerEvent>, event: ServerEvent) {
+    if let (
+        ServerEvent::Chunk {
+            content,
+            done: false,
+            parent_id,
+            depth,
+        },
+        Some(ServerEvent::Chunk {
+            content: last,
+            done: false,
+            parent_id: last_parent,
+            depth: last_depth,
+        }),
+    ) = (&event, held.last_mut())
+    {
+        if parent_id == last_parent
+            && depth == last_depth
+            && last.len() + content.len() <= HELD_CHUNK_MAX
+        {
+            last.push_str(content);
+            return;
+        }
+    }
+    held.push(event);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,6 +566,42 @@ mod tests {
             "the replay buffer is dropped"
         );
         assert_eq!(watched.state.lock().replay.bytes(), 0);
+    }
+
+    #[test]
+    fn text_held_before_the_start_commits_goes_out_as_one_chunk_per_level() {
+        let hub = ThreadHub::new(1 << 20);
+        let thread = hub.get_or_insert("t", "u", PermissionMode::Default);
+        let (sink, mut frames) = crate::frame::ChannelSink::new(1, 1 << 20);
+        thread.subscribe(sink);
+        let chunk = |text: &str, parent: Option<&str>| ServerEvent::Chunk {
+            content: text.to_owned(),
+            done: false,
+            parent_id: parent.map(str::to_owned),
+            depth: u32::from(parent.is_some()),
+        };
+        thread.hold_frames();
+        for event in [
+            chunk("a", None),
+            chunk("b", None),
+            chunk("x", Some("call")),
+            chunk("y", Some("call")),
+            ServerEvent::Pong,
+            chunk("c", None),
+            chunk("d", None),
+        ] {
+            thread.publish(event);
+        }
+        thread.release_frames(Some(ServerEvent::Pong), 10);
+        let mut got = Vec::new();
+        while let Some(Some(delivered)) = futures::FutureExt::now_or_never(frames.recv()) {
+            let frame: serde_json::Value = serde_json::from_str(delivered.frame.json()).unwrap();
+            got.push(format!("{} {}", frame["seq"], frame["content"]));
+        }
+        assert_eq!(
+            got,
+            vec!["10 null", "11 \"ab\"", "12 \"xy\"", "13 null", "14 \"cd\""]
+        );
     }
 
     #[test]
