@@ -82,8 +82,8 @@ def test_a_streamed_turn(server):
             message = await turn.message()
             assert frames[0]["type"] == "turn_started"
             assert frames[-1] == {**frames[-1], "type": "chunk", "done": True}
-            assert [f["content"] for f in frames if f["type"] == "chunk" and f["content"]] == \
-                ["Hel", "lo ", "world"]
+            # Text that reaches the server together goes out as one chunk.
+            assert "".join(f["content"] for f in frames if f["type"] == "chunk") == "Hello world"
             assert message["content"] == "Hello world" and message["status"] == "completed"
             assert turn.text == "Hello world"
             assert turn.view.cost["input_tokens"] == 12
@@ -152,7 +152,7 @@ def test_stop_ends_the_turn_cancelled(server):
             turn = await weft.chat("slow story")
 
             async def stop(frame):
-                if frame["type"] == "chunk" and frame["content"] == "s5 ":
+                if frame["type"] == "chunk" and "s5 " in frame["content"]:
                     await turn.stop()
             await collect(turn, stop)
             message = await turn.message()
@@ -168,7 +168,7 @@ def test_a_dropped_socket_resumes_without_loss_or_repeats(server):
             turn = await weft.chat("slow again")
 
             async def drop(frame):
-                if frame["type"] == "chunk" and frame["content"] in ("s10 ", "s30 "):
+                if frame["type"] == "chunk" and any(s in frame["content"] for s in ("s10 ", "s30 ")):
                     weft.drop()
             frames = await collect(turn, drop)
             assert weft.reconnects == 2
@@ -189,7 +189,7 @@ def test_a_killed_server_restarted_the_turn_goes_on():
                 restart = []
 
                 async def kill(frame):
-                    if frame["type"] == "chunk" and frame["content"] == "k10 " and not restart:
+                    if frame["type"] == "chunk" and "k10 " in frame["content"] and not restart:
                         restart.append(asyncio.create_task(asyncio.to_thread(own.restart_after_kill)))
                 frames = await collect(turn, kill)
                 await restart[0]
@@ -230,7 +230,7 @@ def test_resume_follows_a_running_turn_from_another_client(server):
                 WeftClient(server.url, api_key=API_KEY) as other:
             turn = await weft.chat("slow third")
             async for frame in turn:
-                if frame["type"] == "chunk" and frame["content"] == "s3 ":
+                if frame["type"] == "chunk" and "s3 " in frame["content"]:
                     break
             follower = await other.resume(turn.thread_id)
             assert (await follower.message())["content"] == "".join(SLOW)

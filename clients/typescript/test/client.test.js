@@ -71,7 +71,8 @@ test("a streamed turn: frames in order, the text, the stored message", async () 
   assert.equal(frames[0].type, "turn_started");
   assert.equal(frames.at(-1).type, "chunk");
   assert.equal(frames.at(-1).done, true);
-  assert.deepEqual(frames.filter((f) => f.type === "chunk" && f.content).map((f) => f.content), ["Hel", "lo ", "world"]);
+  // Text that reaches the server together goes out as one chunk.
+  assert.equal(frames.filter((f) => f.type === "chunk").map((f) => f.content).join(""), "Hello world");
   assert.equal(message.content, "Hello world");
   assert.equal(message.status, "completed");
   assert.equal(turn.text, "Hello world");
@@ -162,7 +163,7 @@ test("stop: the turn ends cancelled, keeping what it said", async () => {
   const turn = weft.chat("slow story");
   let stopped = false;
   await collect(turn, (f) => {
-    if (f.type === "chunk" && f.content === "s5 " && !stopped) {
+    if (f.type === "chunk" && f.content.includes("s5 ") && !stopped) {
       stopped = true;
       turn.stop();
     }
@@ -181,7 +182,7 @@ test("a dropped socket: the turn goes on from the last seq, nothing lost or repe
   const turn = weft.chat("slow again");
   let drops = 0;
   const frames = await collect(turn, (f) => {
-    if (f.type === "chunk" && (f.content === "s10 " || f.content === "s30 ")) {
+    if (f.type === "chunk" && (f.content.includes("s10 ") || f.content.includes("s30 "))) {
       drops++;
       weft.drop();
     }
@@ -202,7 +203,7 @@ test("a killed server: the client reconnects with backoff and the restarted serv
     const turn = weft.chat("long one");
     let killed = false;
     const frames = await collect(turn, (f) => {
-      if (f.type === "chunk" && f.content === "k15 " && !killed) {
+      if (f.type === "chunk" && f.content.includes("k15 ") && !killed) {
         killed = true;
         own.restartAfterKill();
       }
@@ -229,7 +230,7 @@ test("a deploy (SIGTERM, close 1012): the client reconnects to the next server a
     const turn = weft.chat("deploy now");
     let restarting = null;
     const frames = await collect(turn, (f) => {
-      if (f.type === "chunk" && f.content === "d5 " && !restarting) {
+      if (f.type === "chunk" && f.content.includes("d5 ") && !restarting) {
         const ws = weft.ws;
         ws.addEventListener("close", (e) => closes.push(e.code));
         restarting = own.restartAfterTerm();
@@ -254,7 +255,7 @@ test("resume: a second client follows a running turn and gets the same answer", 
   const other = client();
   let follower = null;
   for await (const f of turn) {
-    if (f.type === "chunk" && f.content === "s3 ") {
+    if (f.type === "chunk" && f.content.includes("s3 ")) {
       follower = other.resume(turn.threadId);
       break;
     }
