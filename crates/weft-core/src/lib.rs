@@ -65,6 +65,7 @@ pub use record::{
     RecordedResult, Recorder, Stored,
 };
 pub use resume::{ChildEnded, ChildResume, CutCall, Resume, Spent};
+pub use sample::CHUNK_MAX_BYTES;
 pub use scope::TurnScope;
 pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
 pub use tokens::{bytes_bound, TokenCounter};

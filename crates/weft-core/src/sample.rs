@@ -162,7 +162,7 @@ fn stream_text(
     capped
 }
 
-/// Text that has already arrived behind a text delta joins it, up to [`COALESCED_MAX`] bytes:
+/// Text that has already arrived behind a text delta joins it, up to [`CHUNK_MAX_BYTES`] bytes:
 /// a turn that fell behind its model (a busy server) sends one chunk where it would have sent
 /// many, and does the per-chunk work (record, replay, frame) once. Nothing waits for more
 /// text; the first event that is not text is held for the next round.
@@ -174,7 +174,7 @@ fn coalesce(
     let Some(Ok(ProviderEvent::TextDelta(mut delta))) = next else {
         return next;
     };
-    while delta.len() < COALESCED_MAX {
+    while delta.len() < CHUNK_MAX_BYTES {
         match stream.next().now_or_never() {
             Some(Some(Ok(ProviderEvent::TextDelta(more)))) => delta.push_str(&more),
             Some(other) => {
@@ -187,8 +187,9 @@ fn coalesce(
     Some(Ok(ProviderEvent::TextDelta(delta)))
 }
 
-/// The most text [`coalesce`] joins into one chunk.
-const COALESCED_MAX: usize = 16 << 10;
+/// The most text one chunk gathers when pieces that arrived together are joined (here, and
+/// where a turn's frames are held until its start commits).
+pub const CHUNK_MAX_BYTES: usize = 16 << 10;
 
 type ProviderItem = Result<ProviderEvent, ProviderError>;
 

@@ -4,9 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
-use weft_core::PermissionGate;
+use weft_core::{PermissionGate, CHUNK_MAX_BYTES};
 use weft_protocol::{PermissionMode, ServerEvent, ServerFrame};
 
 use crate::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
@@ -184,12 +184,15 @@ impl ThreadRuntime {
     }
 
     pub fn subscribe(&self, sink: Arc<dyn FrameSink>) {
+        self.add_subscriber(self.state.lock(), sink);
+    }
+
+    /// Add `sink` under the state lock held, then tell the hub's index (after the lock).
+    fn add_subscriber(&self, mut state: MutexGuard<'_, ThreadState>, sink: Arc<dyn FrameSink>) {
         let subscriber = sink.id();
-        {
-            let mut state = self.state.lock();
-            state.detach_generation += 1;
-            state.subscribers.insert(subscriber, sink);
-        }
+        state.detach_generation += 1;
+        state.subscribers.insert(subscriber, sink);
+        drop(state);
         self.subscriptions.note(subscriber, &self.id);
     }
 
@@ -210,7 +213,7 @@ impl ThreadRuntime {
         last_seq: u64,
         first: Option<ServerEvent>,
     ) -> usize {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         let missed = state.replay.after(last_seq, &self.id);
         if let Some(event) = first {
             let seq = missed
@@ -225,11 +228,7 @@ impl ThreadRuntime {
         for frame in &missed.frames {
             sink.send(Outgoing { frame, event: None });
         }
-        state.detach_generation += 1;
-        let subscriber = sink.id();
-        state.subscribers.insert(subscriber, sink);
-        drop(state);
-        self.subscriptions.note(subscriber, &self.id);
+        self.add_subscriber(state, sink);
         count
     }
 
@@ -501,9 +500,6 @@ impl ThreadHub {
     }
 }
 
-/// The most text one held chunk gathers.
-const HELD_CHUNK_MAX: usize = 16 << 10;
-
 /// Keep a frame back until the turn's start commits. Text streamed meanwhile joins the held
 /// chunk before it (no `seq` is given yet, so nobody can tell): a turn whose start waits in a
 /// busy writer holds its text once, not as hundreds of frames.
@@ -525,7 +521,7 @@ fn hold(held: &mut Vec<ServerEvent>, event: ServerEvent) {
     {
         if parent_id == last_parent
             && depth == last_depth
-            && last.len() + content.len() <= HELD_CHUNK_MAX
+            && last.len() + content.len() <= CHUNK_MAX_BYTES
         {
             last.push_str(content);
             return;
