@@ -136,7 +136,9 @@ impl Run {
         TurnSpec {
             provider: self.provider.clone(),
             model: "test-model".into(),
-            system_prompt: mode.system_prompt(&toolbelt, self.gate.mode(), false),
+            system_prompt: mode
+                .system_prompt(&toolbelt, self.gate.mode(), false)
+                .into(),
             history: vec![ChatMessage::user(self.user.as_str())],
             toolbelt,
             config: Arc::new(self.config.clone()),

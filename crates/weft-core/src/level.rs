@@ -48,15 +48,15 @@ impl Level {
             spec.toolbelt.clone()
         };
         let specs = toolbelt.specs(&config.injected_tool_args);
-        let mut system = spec.system_prompt.clone();
-        if let Some(plan) = plan {
-            system.push_str(&prompts::plan_section(plan));
-        }
+        let system = match plan {
+            Some(plan) => format!("{}{}", spec.system_prompt, prompts::plan_section(plan)).into(),
+            None => spec.system_prompt.clone(),
+        };
         Level {
             depth: 0,
             parent_id: None,
             record_parent: None,
-            system: system.into(),
+            system,
             toolbelt,
             specs,
             output_schema: None,

@@ -25,7 +25,8 @@ use crate::tree::ToolCallRecord;
 pub struct TurnSpec {
     pub provider: Arc<dyn Provider>,
     pub model: String,
-    pub system_prompt: String,
+    /// Shared with the turn's root level (it is the same text unless a plan is added).
+    pub system_prompt: Arc<str>,
     pub history: Vec<ChatMessage>,
     pub toolbelt: Toolbelt,
     pub config: Arc<AgentConfig>,
@@ -64,7 +65,7 @@ impl TurnSpec {
         TurnSpec {
             provider,
             model: model.into(),
-            system_prompt: String::new(),
+            system_prompt: Arc::from(""),
             history: Vec::new(),
             toolbelt: Toolbelt::default(),
             config,
@@ -83,7 +84,7 @@ impl TurnSpec {
         }
     }
 
-    pub fn system_prompt(mut self, system_prompt: impl Into<String>) -> TurnSpec {
+    pub fn system_prompt(mut self, system_prompt: impl Into<Arc<str>>) -> TurnSpec {
         self.system_prompt = system_prompt.into();
         self
     }

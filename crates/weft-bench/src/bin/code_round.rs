@@ -97,7 +97,7 @@ fn spec(code: bool, toolbelt: &Toolbelt, mode: &dyn ExecutionMode) -> TurnSpec {
     TurnSpec {
         provider: Arc::new(FakeModel { code }),
         model: "fake".into(),
-        system_prompt: mode.system_prompt(toolbelt, gate.mode(), false),
+        system_prompt: mode.system_prompt(toolbelt, gate.mode(), false).into(),
         history: vec![ChatMessage::user("go")],
         toolbelt: toolbelt.clone(),
         config: Arc::new(AgentConfig {

@@ -200,7 +200,7 @@ impl Bench {
         TurnSpec {
             provider: self.provider.clone(),
             model: "w1".to_owned(),
-            system_prompt: "You are a benchmark agent.".to_owned(),
+            system_prompt: "You are a benchmark agent.".into(),
             history: vec![ChatMessage::user("Run workload W1.")],
             toolbelt: self.toolbelt.clone(),
             config: self.config.clone(),

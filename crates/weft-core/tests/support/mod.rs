@@ -145,7 +145,7 @@ impl Harness {
         TurnSpec {
             provider: self.provider.clone(),
             model: "test-model".to_owned(),
-            system_prompt: "You are a test agent.".to_owned(),
+            system_prompt: "You are a test agent.".into(),
             history: self
                 .earlier
                 .iter()
