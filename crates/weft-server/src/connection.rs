@@ -12,7 +12,6 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
 use weft_protocol::ErrorCode;
 
 use crate::auth::AuthUser;
@@ -114,7 +113,9 @@ async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket:
                                 break;
                             }
                             binary.store(false, Ordering::Relaxed);
-                            conn.handle(decode_json(&text)).await;
+                            // Boxed: a frame's handling (a turn's start) lives on the heap while
+                            // it runs, not in every waiting socket's task.
+                            Box::pin(conn.handle(decode_json(&text))).await;
                         }
                         Some(Ok(Message::Binary(bytes))) => {
                             if bytes.len() > limit {
@@ -122,7 +123,7 @@ async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket:
                                 break;
                             }
                             binary.store(true, Ordering::Relaxed);
-                            conn.handle(decode_msgpack(&bytes)).await;
+                            Box::pin(conn.handle(decode_msgpack(&bytes))).await;
                         }
                         Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                     }
@@ -184,7 +185,7 @@ const FRAMES_PER_BATCH: usize = 32;
 async fn write_loop(
     runtime: Arc<weft_runtime::Runtime>,
     mut sink: Sink,
-    mut rx: mpsc::UnboundedReceiver<Outbound>,
+    rx: flume::Receiver<Outbound>,
     queue: Arc<OutboxState>,
     binary: Arc<AtomicBool>,
     last_heard: Arc<AtomicU64>,
@@ -194,7 +195,8 @@ async fn write_loop(
     let ping_every = Duration::from_millis(server.ping_interval_ms.max(10));
     let write_timeout = Duration::from_millis(server.write_timeout_ms.max(1));
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-    let mut batch = Vec::with_capacity(FRAMES_PER_BATCH);
+    // Grown by the batches that come, not preallocated: most sockets wait with little queued.
+    let mut batch = Vec::new();
     loop {
         tokio::select! {
             biased;
@@ -204,10 +206,10 @@ async fn write_loop(
                 close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "outbound queue full").await;
                 return;
             }
-            received = rx.recv_many(&mut batch, FRAMES_PER_BATCH) => {
-                if received == 0 {
-                    break;
-                }
+            received = rx.recv_async() => {
+                let Ok(first) = received else { break };
+                batch.push(first);
+                batch.extend(rx.try_iter().take(FRAMES_PER_BATCH - 1));
                 let wire = if binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
                 let mut close = None;
                 let mut bytes = 0;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::extract::ws::{Message, Utf8Bytes};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use weft_protocol::ServerFrame;
 use weft_runtime::frame::SubscriberId;
 use weft_runtime::{FrameSink, Outgoing, SharedFrame};
@@ -21,11 +21,13 @@ pub enum Outbound {
     Close(u16, String),
 }
 
-/// The sending side of one connection's queue.
+/// The sending side of one connection's queue (a flume channel: it allocates nothing until
+/// frames wait in it, where tokio's unbounded channel allocates a block of 32 slots for every
+/// socket).
 #[derive(Debug)]
 pub struct Outbox {
     id: SubscriberId,
-    tx: mpsc::UnboundedSender<Outbound>,
+    tx: flume::Sender<Outbound>,
     state: Arc<OutboxState>,
 }
 
@@ -39,8 +41,8 @@ pub struct OutboxState {
 }
 
 impl Outbox {
-    pub fn new(id: SubscriberId, limit: usize) -> (Arc<Outbox>, mpsc::UnboundedReceiver<Outbound>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub fn new(id: SubscriberId, limit: usize) -> (Arc<Outbox>, flume::Receiver<Outbound>) {
+        let (tx, rx) = flume::unbounded();
         let state = Arc::new(OutboxState {
             queued: AtomicUsize::new(0),
             limit,
@@ -90,7 +92,7 @@ impl FrameSink for Outbox {
     }
 
     fn is_gone(&self) -> bool {
-        self.tx.is_closed() || self.state.overflowed()
+        self.tx.is_disconnected() || self.state.overflowed()
     }
 }
 
@@ -135,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_queue_refuses_frames_past_its_byte_bound() {
-        let (outbox, mut rx) = Outbox::new(1, 200);
+        let (outbox, rx) = Outbox::new(1, 200);
         assert!(outbox.push(frame("a")));
         assert!(!outbox.push(frame(&"x".repeat(300))));
         assert!(outbox.state().overflowed());

@@ -227,20 +227,22 @@ impl TurnTask {
                 lease_row,
                 replaces,
             } => {
-                self.begin(
+                // The start and the end are boxed: only the running turn's own state stays
+                // in its task for as long as it streams.
+                Box::pin(self.begin(
                     new_thread,
                     user_message,
                     lease_row,
                     replaces,
                     &model,
                     max_history_tokens,
-                )
+                ))
                 .await
             }
             Begin::Resumed(resumed) if resumed.point.answered => {
                 let (_, record) = self.take_up(resumed);
                 let outcome = answered_outcome(&spec);
-                self.finish(outcome, &record).await;
+                Box::pin(self.finish(outcome, &record)).await;
                 self.end_task();
                 return;
             }
@@ -454,7 +456,7 @@ impl TurnTask {
             }
         };
         telemetry::turn_ended(&span, end_status(&outcome.end));
-        self.finish(outcome, &record).await;
+        Box::pin(self.finish(outcome, &record)).await;
     }
 
     /// Persist (and wait for the commit), then tell the clients: the stored message, any
