@@ -6,8 +6,8 @@ mod telemetry;
 
 /// mimalloc: less memory per small allocation and faster than the system allocator for a
 /// server that holds thousands of small turns and connections. Built without transparent
-/// huge pages (`no_thp`): a 2 MiB page zeroed on first touch for a few small turns cost ~7 %
-/// of the peak RSS under load and the kernel's time to clear it (docs/BENCHMARKS.md). (The
+/// huge pages (`no_thp`): a 2 MiB page zeroed on first touch for a few small turns cost ~6 %
+/// of the peak RSS under load; CPU is the same either way (docs/BENCHMARKS.md). (The
 /// `system-alloc` feature leaves the system allocator in place, for heap profilers that hook
 /// malloc.)
 #[cfg(not(feature = "system-alloc"))]
