@@ -13,7 +13,7 @@ use crate::bus::Command;
 use crate::error::Refusal;
 use crate::frame::{FrameSink, SubscriberId};
 use crate::persist::to_wire;
-use crate::record::views::{root_text, tree_from_items};
+use crate::record::views::{root_text, stored_message, tree_from_items};
 use crate::runtime::Runtime;
 use crate::threads::{turn_seq_floor, ThreadRuntime};
 
@@ -311,7 +311,9 @@ impl Runtime {
             // that turn and before the next turn's, whichever replica ran or runs them.
             after = after.max(turn_seq_floor(message.position + 1).saturating_sub(3));
             events.push(ServerEvent::Message {
-                message: to_wire(&message),
+                message: stored_message(&self.store, &message)
+                    .await
+                    .map_err(Refusal::internal)?,
             });
         }
         events.push(ServerEvent::Chunk {

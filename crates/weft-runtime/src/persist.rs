@@ -78,8 +78,8 @@ pub fn running_message(record: &TurnRecord<'_>) -> NewMessage {
     }
 }
 
-/// The write that ends a turn, and the final message as clients see it (both share the
-/// tree, taken from the outcome).
+/// The write that ends a turn, and the final message as clients see it (with the tree,
+/// taken from the outcome; the row keeps none).
 pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (WriteOp, StoredMessage) {
     let tree = Arc::new(std::mem::take(&mut outcome.tree));
     let mut metadata = run_metadata(record);
@@ -105,7 +105,9 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
     let message = NewMessage {
         metadata: Some(metadata.to_string()),
         content: serde_json::to_value(&content).unwrap_or_else(|_| json!(outcome.text)),
-        execution_tree: Some(tree.clone()),
+        // The record holds every call and result: the tree is rebuilt from it when read
+        // (`record::views::stored_message`), not written twice.
+        execution_tree: None,
         status: end_status(&outcome.end).to_owned(),
         input_tokens: outcome.totals.input_tokens as i64,
         output_tokens: outcome.totals.output_tokens as i64,

@@ -18,7 +18,7 @@ use weft_protocol::{
 use weft_store::{now_ms, Backend, ItemRow, LeaseRenewer, MessageRow, Store, StoreError, WriteOp};
 
 use crate::leases::Leases;
-use crate::record::views::{root_text, tree_from_items};
+use crate::record::views::root_text;
 use crate::record::{entries, results_row, ItemPlace};
 
 /// Takes up a turn whose lease this replica took.
@@ -171,7 +171,6 @@ async fn close(store: &Store, message: &MessageRow) -> Result<(), StoreError> {
     items.extend(synthetic.iter().cloned());
     let mut closed = message.clone();
     closed.content = json!(root_text(&items));
-    closed.execution_tree = Some(std::sync::Arc::new(tree_from_items(&items)));
     closed.status = "interrupted".to_owned();
     if !synthetic.is_empty() {
         store.submit(WriteOp::Items(synthetic), None);

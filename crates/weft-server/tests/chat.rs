@@ -140,6 +140,10 @@ async fn parallel_subtasks_nest_and_the_tree_reloads_over_rest() {
         tree,
         &of_type(&frames, "message")[0]["message"]["execution_tree"]
     );
+    // Written once: the row keeps no copy, the tree is rebuilt from the record.
+    let message_id = messages[1]["id"].as_str().unwrap();
+    let row = server.store().message(&thread, message_id).await.unwrap();
+    assert_eq!(row.unwrap().execution_tree, None);
     let audit = weft_runtime::record::audit::tool_calls(server.store(), &thread)
         .await
         .unwrap();

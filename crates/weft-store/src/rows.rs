@@ -41,8 +41,8 @@ impl ThreadRow {
     }
 }
 
-/// A message to insert; `content` is JSON. The tree is shared with whoever else shows it
-/// (the final `message` frame) and serialized only when written.
+/// A message to insert; `content` is JSON. The runtime writes no tree (it rebuilds a turn's
+/// from the record when read); rows written by earlier versions have theirs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewMessage {
     pub id: String,

@@ -1,16 +1,19 @@
 //! The record as people read it: a thread's whole record (`/items`), one turn's trace with
-//! subtasks nested under their calls, and what a turn produced so far (its root text and its
-//! execution tree) for snapshots and crash recovery.
+//! subtasks nested under their calls, what a turn produced so far (its root text and its
+//! execution tree) for snapshots and crash recovery, and stored messages with their trees.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 use weft_core::TreeBuilder;
-use weft_protocol::{ExecutionTreeSnapshot, MessageContent, RecordEntry, RecordItem};
-use weft_store::{ItemRow, MessageRow};
+use weft_protocol::{
+    ExecutionTreeSnapshot, MessageContent, RecordEntry, RecordItem, StoredMessage,
+};
+use weft_store::{ItemRow, MessageRow, Store, StoreError};
 
 use super::{entries, ItemKind};
-use crate::persist::rfc3339;
+use crate::persist::{rfc3339, to_wire};
 
 /// The whole root-level record of a thread, in order: each user message, then its turn's
 /// assistant messages and tool results.
@@ -177,4 +180,51 @@ pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
         }
     }
     tree.take().0
+}
+
+/// Whether `row` is a finished turn's message whose tree is to be rebuilt: a turn's row keeps
+/// no tree (every call and result is in the record, so the tree is written once), rows
+/// written by earlier versions kept theirs, and a running turn's message shows none.
+fn needs_tree(row: &MessageRow) -> bool {
+    row.role == "assistant" && row.status != "running" && row.execution_tree.is_none()
+}
+
+/// A stored message as clients see it, a finished turn's with its execution tree.
+pub async fn stored_message(store: &Store, row: &MessageRow) -> Result<StoredMessage, StoreError> {
+    let mut message = to_wire(row);
+    if needs_tree(row) {
+        let items = store.turn_items(&row.thread_id, &row.id).await?;
+        message.execution_tree = Some(Arc::new(tree_from_items(&items)));
+    }
+    Ok(message)
+}
+
+/// A thread's messages as clients see them, in order, finished turns' with their execution
+/// trees (one read of the thread's items, when a tree is to be rebuilt).
+pub async fn thread_messages(
+    store: &Store,
+    thread_id: &str,
+) -> Result<Vec<StoredMessage>, StoreError> {
+    let rows = store.messages(thread_id).await?;
+    let items = if rows.iter().any(needs_tree) {
+        store.thread_items(thread_id).await?
+    } else {
+        Vec::new()
+    };
+    // Turn by turn in record order: each turn's items are one run.
+    let by_turn: HashMap<&str, &[ItemRow]> = items
+        .chunk_by(|a, b| a.message_id == b.message_id)
+        .map(|run| (run[0].message_id.as_str(), run))
+        .collect();
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let mut message = to_wire(row);
+            if needs_tree(row) {
+                let items = by_turn.get(row.id.as_str()).copied().unwrap_or_default();
+                message.execution_tree = Some(Arc::new(tree_from_items(items)));
+            }
+            message
+        })
+        .collect())
 }

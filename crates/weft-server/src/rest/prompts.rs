@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
 use weft_runtime::frame::{ChannelFrames, Delivered, SubscriberId};
-use weft_runtime::persist::to_wire;
+use weft_runtime::record::views::stored_message;
 use weft_runtime::{ChannelSink, FrameSink, Outgoing, Route, Runtime, SharedFrame, TurnRequest};
 use weft_store::MessageRow;
 
@@ -278,7 +278,9 @@ pub async fn events(
         depth: 0,
     };
     let stored = ServerEvent::Message {
-        message: to_wire(&message),
+        message: stored_message(&runtime.store, &message)
+            .await
+            .map_err(ApiError::internal)?,
     };
     let collected = Arc::new(Collected::default());
     thread.send_to(collected.as_ref(), 0, vec![stored, done]);

@@ -10,8 +10,8 @@ use axum::Json;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use weft_protocol::{ErrorCode, PermissionMode, RecordEntry, RecordItem, StoredMessage};
-use weft_runtime::persist::{rfc3339, to_wire};
-use weft_runtime::record::views::{thread_record, turn_trace};
+use weft_runtime::persist::rfc3339;
+use weft_runtime::record::views::{thread_messages, thread_record, turn_trace};
 use weft_runtime::Runtime;
 use weft_store::ThreadRow;
 
@@ -120,13 +120,10 @@ pub async fn messages(
     user: AuthUser,
 ) -> Rest<Json<Vec<StoredMessage>>> {
     state.runtime.check_owner(&user.id, &id).await?;
-    let rows = state
-        .runtime
-        .store
-        .messages(&id)
+    let messages = thread_messages(&state.runtime.store, &id)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(rows.iter().map(to_wire).collect()))
+    Ok(Json(messages))
 }
 
 /// `GET /threads/{id}/items`: the thread's whole conversation record: user messages,
