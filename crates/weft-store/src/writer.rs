@@ -1,7 +1,8 @@
 //! The one writer (group commit): every hot-path write is a [`WriteOp`] handed to a task
 //! that takes everything queued, writes it in one transaction with multi-row statements,
-//! commits once, and then acknowledges each submitter. A failed batch is retried op by op,
-//! so one bad op fails only its own submitter.
+//! commits once, and hands the batch's acknowledgements to a second task, which tells each
+//! submitter in commit order while the next batch is written. A failed batch is retried op by
+//! op, so one bad op fails only its own submitter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -160,9 +161,18 @@ struct Shared {
     /// Held (write side) to keep the writer from committing; the writer takes the read side
     /// around each commit.
     hold: Arc<RwLock<()>>,
-    /// When the batch being written started: before any of its rows (and any time a row
-    /// computes, such as a lease's expiry) was written.
+    /// When the batch being acknowledged started: before any of its rows (and any time a
+    /// row computes, such as a lease's expiry) was written. Set by the acknowledger.
     batch_started: std::sync::Mutex<Option<Instant>>,
+}
+
+/// One committed batch's acknowledgements, or the writer closing.
+enum Acks {
+    Batch {
+        started: Instant,
+        dones: Vec<(Done, std::result::Result<(), WriteError>)>,
+    },
+    Close(oneshot::Sender<()>),
 }
 
 /// While this lives the writer commits nothing; ops queue up (for tests and maintenance).
@@ -178,8 +188,9 @@ impl std::fmt::Debug for Writer {
 const MAX_BATCH: usize = 1024;
 
 impl Writer {
-    /// When the batch being written (or last written) started; read in a [`Done`] callback,
-    /// an instant before anything of that batch was written (now, before any batch).
+    /// When the batch being acknowledged (or last acknowledged) started; read in a [`Done`]
+    /// callback, an instant before anything of that callback's batch was written (now,
+    /// before any batch).
     pub fn batch_started(&self) -> Instant {
         let started = *self
             .shared
@@ -252,6 +263,10 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Job>,
     shared: Arc<Shared>,
 ) {
+    // Acknowledging a batch (a turn's start releases its held frames) overlaps writing the
+    // next one instead of delaying it.
+    let (acks, acks_rx) = mpsc::unbounded_channel();
+    tokio::spawn(acknowledge(acks_rx, shared.clone()));
     let mut jobs = Vec::with_capacity(64);
     loop {
         if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
@@ -268,27 +283,47 @@ async fn run(
         if !batch.is_empty() {
             let _held = shared.hold.read().await;
             let ops = batch.len();
-            *shared
-                .batch_started
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
-            commit_batch(&pool, backend, batch, shared.observer.get()).await;
+            let started = Instant::now();
+            let dones = commit_batch(&pool, backend, batch, shared.observer.get()).await;
             shared.queued.fetch_sub(ops, Ordering::Relaxed);
+            let _ = acks.send(Acks::Batch { started, dones });
         }
         if let Some(ack) = closing {
             pool.close().await;
-            let _ = ack.send(());
+            // Acknowledged once every batch before it is.
+            let _ = acks.send(Acks::Close(ack));
             break;
         }
     }
 }
 
+/// Tell each batch's submitters, batch after batch in commit order.
+async fn acknowledge(mut acks: mpsc::UnboundedReceiver<Acks>, shared: Arc<Shared>) {
+    while let Some(job) = acks.recv().await {
+        match job {
+            Acks::Batch { started, dones } => {
+                *shared
+                    .batch_started
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started);
+                for (done, result) in dones {
+                    done(result);
+                }
+            }
+            Acks::Close(ack) => {
+                let _ = ack.send(());
+            }
+        }
+    }
+}
+
+/// Write `batch`; what each submitter is to be told.
 async fn commit_batch(
     pool: &AnyPool,
     backend: Backend,
     batch: Vec<(WriteOp, Option<Done>)>,
     observer: Option<&Arc<dyn WriteObserver>>,
-) {
+) -> Vec<(Done, std::result::Result<(), WriteError>)> {
     let started = Instant::now();
     let ops: Vec<&WriteOp> = batch.iter().map(|(op, _)| op).collect();
     let rows: usize = ops.iter().map(|op| op.rows()).sum();
@@ -309,24 +344,21 @@ async fn commit_batch(
         observer.committed(ops.len(), rows, started.elapsed(), result.is_ok());
     }
     match result {
-        Ok(()) => {
-            for (_, done) in batch {
-                if let Some(done) = done {
-                    done(Ok(()));
-                }
-            }
-        }
+        Ok(()) => batch
+            .into_iter()
+            .filter_map(|(_, done)| Some((done?, Ok(()))))
+            .collect(),
         Err(e) if batch.len() == 1 => {
             tracing::error!(error = %e, "a write failed");
-            for (_, done) in batch {
-                if let Some(done) = done {
-                    done(Err(WriteError::from_store(&e)));
-                }
-            }
+            batch
+                .into_iter()
+                .filter_map(|(_, done)| Some((done?, Err(WriteError::from_store(&e)))))
+                .collect()
         }
         Err(e) => {
             // Find the culprit: each op on its own, so the others still commit.
             tracing::warn!(error = %e, ops = batch.len(), "a batch failed; writing its ops one by one");
+            let mut dones = Vec::with_capacity(batch.len());
             for (op, done) in batch {
                 let result = write_in_one_transaction(pool, backend, &[&op]).await;
                 if let Some(observer) = observer {
@@ -336,9 +368,10 @@ async fn commit_batch(
                     tracing::error!(error = %e, "a write failed");
                 }
                 if let Some(done) = done {
-                    done(result.map_err(|e| WriteError::from_store(&e)));
+                    dones.push((done, result.map_err(|e| WriteError::from_store(&e))));
                 }
             }
+            dones
         }
     }
 }
