@@ -172,11 +172,13 @@ async fn close(store: &Store, message: &MessageRow) -> Result<(), StoreError> {
     let mut closed = message.clone();
     closed.content = json!(root_text(&items));
     closed.status = "interrupted".to_owned();
+    // Its approvals expire before it shows closed: whoever sees it `interrupted` sees them
+    // expired too.
+    let expired = store.expire_pending_approvals(&message.thread_id).await?;
     if !synthetic.is_empty() {
         store.submit(WriteOp::Items(synthetic), None);
     }
     store.write(WriteOp::FinishTurn { message: closed }).await?;
-    let expired = store.expire_pending_approvals(&message.thread_id).await?;
     tracing::warn!(thread = %message.thread_id, message = %message.id, expired, "closed a turn its replica left unfinished");
     Ok(())
 }
