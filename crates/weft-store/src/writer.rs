@@ -1,8 +1,10 @@
 //! The one writer (group commit): every hot-path write is a [`WriteOp`] handed to a task
 //! that takes everything queued, writes it in one transaction with multi-row statements,
 //! commits once, and hands the batch's acknowledgements to a second task, which tells each
-//! submitter in commit order while the next batch is written. A failed batch is retried op by
-//! op, so one bad op fails only its own submitter.
+//! submitter in commit order while the next batch is written. A turn's start goes ahead of
+//! what is queued (its client waits for `turn_started`; the rest is the progress of turns
+//! already started). A failed batch is retried op by op, so one bad op fails only its own
+//! submitter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -94,6 +96,23 @@ impl WriteOp {
             | WriteOp::SetAllowedTools { .. } => 1,
         }
     }
+
+    /// Whether the op goes ahead of the queue: a turn's start, and the thread settings a start
+    /// may carry too (so that those keep the order they were asked in). Whatever else a turn
+    /// writes comes after its start, so moving starts forward never reorders a turn.
+    fn goes_first(&self) -> bool {
+        match self {
+            WriteOp::Many(ops) => {
+                ops.iter().any(|op| matches!(op, WriteOp::BeginTurn { .. }))
+                    || (!ops.is_empty() && ops.iter().all(WriteOp::goes_first))
+            }
+            WriteOp::BeginTurn { .. }
+            | WriteOp::SetThreadMode { .. }
+            | WriteOp::SetThreadAgent { .. }
+            | WriteOp::SetAllowedTools { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// Why a write was not committed; shared by every submitter of a failed batch.
@@ -150,6 +169,8 @@ enum Job {
 #[derive(Clone)]
 pub(crate) struct Writer {
     tx: mpsc::UnboundedSender<Job>,
+    /// Ops that go ahead of the queue ([`WriteOp::goes_first`]).
+    first: mpsc::UnboundedSender<Job>,
     shared: Arc<Shared>,
 }
 
@@ -203,14 +224,24 @@ impl Writer {
     /// Start the writer task over `pool` (its own connection: one writer per database).
     pub fn start(pool: AnyPool, backend: Backend) -> Writer {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (first, first_rx) = mpsc::unbounded_channel();
         let shared: Arc<Shared> = Arc::default();
-        tokio::spawn(run(pool, backend, rx, shared.clone()));
-        Writer { tx, shared }
+        let queues = Queues {
+            first: first_rx,
+            rest: rx,
+        };
+        tokio::spawn(run(pool, backend, queues, shared.clone()));
+        Writer { tx, first, shared }
     }
 
     pub fn submit(&self, op: WriteOp, done: Option<Done>) {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if let Err(mpsc::error::SendError(job)) = self.tx.send(Job::Write {
+        let queue = if op.goes_first() {
+            &self.first
+        } else {
+            &self.tx
+        };
+        if let Err(mpsc::error::SendError(job)) = queue.send(Job::Write {
             op: Box::new(op),
             done,
         }) {
@@ -257,19 +288,44 @@ impl Writer {
     }
 }
 
-async fn run(
-    pool: AnyPool,
-    backend: Backend,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    shared: Arc<Shared>,
-) {
+/// The writer's two queues: ops that go first, and the rest (and `close`).
+struct Queues {
+    first: mpsc::UnboundedReceiver<Job>,
+    rest: mpsc::UnboundedReceiver<Job>,
+}
+
+impl Queues {
+    /// Wait for work, then take every op waiting to go first and then the rest in order, up
+    /// to `MAX_BATCH`; false once both queues are closed and empty.
+    async fn take(&mut self, jobs: &mut Vec<Job>) -> bool {
+        if self.first.is_empty() && self.rest.is_empty() {
+            tokio::select! {
+                biased;
+                Some(job) = self.first.recv() => jobs.push(job),
+                Some(job) = self.rest.recv() => jobs.push(job),
+                else => return false,
+            }
+        }
+        for queue in [&mut self.first, &mut self.rest] {
+            while jobs.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+        true
+    }
+}
+
+async fn run(pool: AnyPool, backend: Backend, mut queues: Queues, shared: Arc<Shared>) {
     // Acknowledging a batch (a turn's start releases its held frames) overlaps writing the
     // next one instead of delaying it.
     let (acks, acks_rx) = mpsc::unbounded_channel();
     tokio::spawn(acknowledge(acks_rx, shared.clone()));
     let mut jobs = Vec::with_capacity(64);
     loop {
-        if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
+        if !queues.take(&mut jobs).await {
             break;
         }
         let mut batch = Vec::with_capacity(jobs.len());

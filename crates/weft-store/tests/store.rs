@@ -489,3 +489,71 @@ async fn store_suite_on_sqlite() {
 async fn an_unsupported_url_is_refused() {
     assert!(Store::connect("mysql://x").await.is_err());
 }
+
+/// A turn's start submitted behind more than a batch of other writes is written in the first
+/// batch: its client waits for `turn_started`, the rest is the progress of turns under way.
+async fn a_start_goes_ahead_of_the_queue(store: &Store) {
+    store.ensure_user("q").await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    {
+        let hold = store.hold_writes().await;
+        for i in 0..1100 {
+            let tx = tx.clone();
+            store.submit(
+                WriteOp::DecideApproval {
+                    thread_id: "q-none".into(),
+                    id: format!("a{i}"),
+                    status: "allowed".into(),
+                },
+                Some(Box::new(move |r| {
+                    let _ = tx.send((format!("decision {i}"), r.is_ok()));
+                })),
+            );
+        }
+        let started = tx.clone();
+        store.submit(
+            WriteOp::BeginTurn {
+                thread: Some(weft_store::ThreadRow {
+                    id: "q-1".into(),
+                    owner: "q".into(),
+                    title: String::new(),
+                    permission_mode: "default".into(),
+                    agent: None,
+                    created_at: 0,
+                    updated_at: 0,
+                    allowed_tools: Vec::new(),
+                }),
+                messages: Vec::new(),
+            },
+            Some(Box::new(move |r| {
+                let _ = started.send(("start".to_owned(), r.is_ok()));
+            })),
+        );
+        drop(hold);
+    }
+    drop(tx);
+    let mut order = Vec::new();
+    while let Some(done) = rx.recv().await {
+        order.push(done);
+    }
+    assert_eq!(order.len(), 1101);
+    assert!(order.iter().all(|(_, ok)| *ok));
+    assert_eq!(order[0].0, "start", "the start is acknowledged first");
+    assert_eq!(order[1].0, "decision 0", "the rest keep their order");
+    assert_eq!(order[1100].0, "decision 1099");
+}
+
+#[tokio::test]
+async fn a_start_goes_ahead_of_the_queue_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    a_start_goes_ahead_of_the_queue(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_start_goes_ahead_of_the_queue_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    a_start_goes_ahead_of_the_queue(&db.store).await;
+    db.drop_database().await.unwrap();
+}
