@@ -400,18 +400,7 @@ async fn commit_batch(
         observer.committed(ops.len(), rows, started.elapsed(), result.is_ok());
     }
     match result {
-        Ok(()) => batch
-            .into_iter()
-            .filter_map(|(_, done)| Some((done?, Ok(()))))
-            .collect(),
-        Err(e) if batch.len() == 1 => {
-            tracing::error!(error = %e, "a write failed");
-            batch
-                .into_iter()
-                .filter_map(|(_, done)| Some((done?, Err(WriteError::from_store(&e)))))
-                .collect()
-        }
-        Err(e) => {
+        Err(e) if batch.len() > 1 => {
             // Find the culprit: each op on its own, so the others still commit.
             tracing::warn!(error = %e, ops = batch.len(), "a batch failed; writing its ops one by one");
             let mut dones = Vec::with_capacity(batch.len());
@@ -429,11 +418,20 @@ async fn commit_batch(
             }
             dones
         }
+        // Committed, or one op that failed: each submitter is told the same.
+        result => {
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "a write failed");
+            }
+            let told = result.map_err(|e| WriteError::from_store(&e));
+            batch
+                .into_iter()
+                .filter_map(|(_, done)| Some((done?, told.clone())))
+                .collect()
+        }
     }
 }
 
-/// Every op of the batch in one transaction, grouped into multi-row statements in an order
-/// that respects references (threads, then messages, then what points at them).
 /// Every op of the batch grouped into multi-row statements, in an order that respects
 /// references (threads, then messages, then what points at them).
 #[derive(Default)]

@@ -189,14 +189,23 @@ fn needs_tree(row: &MessageRow) -> bool {
     row.role == "assistant" && row.status != "running" && row.execution_tree.is_none()
 }
 
-/// A stored message as clients see it, a finished turn's with its execution tree.
-pub async fn stored_message(store: &Store, row: &MessageRow) -> Result<StoredMessage, StoreError> {
+/// `row` as clients see it, with its tree rebuilt from `items` (its turn's) when it keeps none.
+fn with_tree(row: &MessageRow, items: &[ItemRow]) -> StoredMessage {
     let mut message = to_wire(row);
     if needs_tree(row) {
-        let items = store.turn_items(&row.thread_id, &row.id).await?;
-        message.execution_tree = Some(Arc::new(tree_from_items(&items)));
+        message.execution_tree = Some(Arc::new(tree_from_items(items)));
     }
-    Ok(message)
+    message
+}
+
+/// A stored message as clients see it, a finished turn's with its execution tree.
+pub async fn stored_message(store: &Store, row: &MessageRow) -> Result<StoredMessage, StoreError> {
+    let items = if needs_tree(row) {
+        store.turn_items(&row.thread_id, &row.id).await?
+    } else {
+        Vec::new()
+    };
+    Ok(with_tree(row, &items))
 }
 
 /// A thread's messages as clients see them, in order, finished turns' with their execution
@@ -219,12 +228,8 @@ pub async fn thread_messages(
     Ok(rows
         .iter()
         .map(|row| {
-            let mut message = to_wire(row);
-            if needs_tree(row) {
-                let items = by_turn.get(row.id.as_str()).copied().unwrap_or_default();
-                message.execution_tree = Some(Arc::new(tree_from_items(items)));
-            }
-            message
+            let items = by_turn.get(row.id.as_str()).copied().unwrap_or_default();
+            with_tree(row, items)
         })
         .collect())
 }
