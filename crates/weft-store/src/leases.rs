@@ -14,7 +14,39 @@ use sqlx::Connection;
 use crate::rows::MessageRow;
 use crate::{Backend, Result, Store};
 
-const RENEW: &str = "UPDATE turn_leases SET expires_at = $1 WHERE owner = $2 RETURNING message_id";
+/// Renews an owner's leases. On PostgreSQL it passes over a lease whose row is locked for
+/// more than a fence (being removed by a batch that ends its turn, or being taken over), so
+/// a renewal never waits for a batch: a batch and a renewal each waiting for rows the other
+/// locked would deadlock (and PostgreSQL fails one of them after a second). A lease passed
+/// over is not reported held, which it no longer is once that batch or takeover commits.
+fn renew_sql(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => {
+            "UPDATE turn_leases SET expires_at = $1 WHERE message_id IN \
+             (SELECT message_id FROM turn_leases WHERE owner = $2 FOR NO KEY UPDATE SKIP LOCKED) \
+             RETURNING message_id"
+        }
+        Backend::Sqlite => {
+            "UPDATE turn_leases SET expires_at = $1 WHERE owner = $2 RETURNING message_id"
+        }
+    }
+}
+
+/// Takes a lease that expired (or was `former`'s). On PostgreSQL it locks the row as a
+/// change of owner must, waiting for a batch whose fence holds it, then looks again.
+fn take_sql(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => {
+            "UPDATE turn_leases SET owner = $1, expires_at = $2, takeovers = takeovers + 1 \
+             WHERE message_id = (SELECT message_id FROM turn_leases WHERE message_id = $3 \
+             AND (expires_at < $4 OR owner = $5) FOR UPDATE) RETURNING takeovers"
+        }
+        Backend::Sqlite => {
+            "UPDATE turn_leases SET owner = $1, expires_at = $2, takeovers = takeovers + 1 \
+             WHERE message_id = $3 AND (expires_at < $4 OR owner = $5) RETURNING takeovers"
+        }
+    }
+}
 
 /// Renews one replica's leases on a connection of its own (opened on first use, and again
 /// after a failure): a renewal never waits for a pooled connection, nor for the runtime the
@@ -22,6 +54,7 @@ const RENEW: &str = "UPDATE turn_leases SET expires_at = $1 WHERE owner = $2 RET
 /// runtime is saturated.
 pub struct LeaseRenewer {
     options: Arc<AnyConnectOptions>,
+    backend: Backend,
     conn: Option<AnyConnection>,
 }
 
@@ -35,7 +68,7 @@ impl LeaseRenewer {
                 .conn
                 .insert(AnyConnection::connect_with(&self.options).await?),
         };
-        let renewed = sqlx::query_scalar(RENEW)
+        let renewed = sqlx::query_scalar(renew_sql(self.backend))
             .bind(expires_at)
             .bind(owner)
             .fetch_all(&mut *conn)
@@ -72,6 +105,7 @@ impl Store {
     pub fn lease_renewer(&self) -> LeaseRenewer {
         LeaseRenewer {
             options: self.pool.connect_options(),
+            backend: self.backend,
             conn: None,
         }
     }
@@ -108,17 +142,14 @@ impl Store {
         now: i64,
         former: Option<&str>,
     ) -> Result<Option<u32>> {
-        let taken: Option<i64> = sqlx::query_scalar(
-            "UPDATE turn_leases SET owner = $1, expires_at = $2, takeovers = takeovers + 1 \
-             WHERE message_id = $3 AND (expires_at < $4 OR owner = $5) RETURNING takeovers",
-        )
-        .bind(owner)
-        .bind(expires_at)
-        .bind(message_id)
-        .bind(now)
-        .bind(former.unwrap_or(""))
-        .fetch_optional(&self.pool)
-        .await?;
+        let taken: Option<i64> = sqlx::query_scalar(take_sql(self.backend))
+            .bind(owner)
+            .bind(expires_at)
+            .bind(message_id)
+            .bind(now)
+            .bind(former.unwrap_or(""))
+            .fetch_optional(&self.pool)
+            .await?;
         if let Some(takeovers) = taken {
             return Ok(Some(u32::try_from(takeovers).unwrap_or(u32::MAX)));
         }
@@ -175,7 +206,8 @@ impl Store {
 /// `count` message ids (`$3…`). When the batch ends those turns (`ends`), it removes the leases
 /// as it checks them (the row stays locked until the commit, and comes back if the batch
 /// fails). Otherwise, on PostgreSQL it locks them until the commit, so no replica takes one
-/// while the batch writes; on SQLite it is a write that changes nothing, so the batch's
+/// while the batch writes (the weakest lock that a takeover's waits for: the owner's own
+/// renewal, which changes no key, does not, nor does the batch wait for it); on SQLite it is a write that changes nothing, so the batch's
 /// transaction takes the database's write lock first (waiting its turn) instead of reading
 /// first and failing to upgrade (`database is locked`) when another connection wrote
 /// meanwhile.
@@ -186,7 +218,7 @@ pub(crate) fn fence_sql(backend: Backend, count: usize, ends: bool) -> String {
     match (ends, backend) {
         (true, _) => format!("DELETE FROM turn_leases WHERE {held} RETURNING message_id"),
         (false, Backend::Postgres) => {
-            format!("SELECT message_id FROM turn_leases WHERE {held} FOR SHARE")
+            format!("SELECT message_id FROM turn_leases WHERE {held} FOR KEY SHARE")
         }
         (false, Backend::Sqlite) => format!(
             "UPDATE turn_leases SET expires_at = expires_at WHERE {held} RETURNING message_id"

@@ -305,3 +305,85 @@ async fn leases_on_sqlite() {
     leases(&db.store).await;
     db.drop_database().await.unwrap();
 }
+
+/// A replica's heartbeat renews its leases while its writer commits batches that fence and
+/// end its turns: neither may wait for the other in a way that deadlocks (PostgreSQL then
+/// fails one of them after a second), and every renewal still reports every live turn held.
+#[tokio::test]
+async fn renewals_and_fenced_batches_do_not_deadlock_on_postgres() {
+    const TURNS: usize = 2000;
+    const ROUNDS: usize = 30;
+    let db = TestDb::postgres().await.unwrap();
+    let store = db.store.clone();
+    store.ensure_user("alice").await.unwrap();
+    // Ids in another order than the rows' (as random ids are): the order rows are locked in
+    // then differs between statements that find them by id and by owner.
+    let id = |i: usize| format!("d{:08x}", (i as u64 * 2_654_435_761) % (1 << 32));
+    let starts: Vec<WriteOp> = (0..TURNS)
+        .flat_map(|i| {
+            let thread = weft_store::ThreadRow {
+                id: format!("dt{i}"),
+                owner: "alice".into(),
+                title: String::new(),
+                permission_mode: "default".into(),
+                agent: None,
+                created_at: 0,
+                updated_at: 0,
+                allowed_tools: Vec::new(),
+            };
+            [
+                WriteOp::BeginTurn {
+                    thread: Some(thread),
+                    messages: vec![message_in(&format!("dt{i}"), &id(i), "running")],
+                },
+                WriteOp::Lease(LeaseRow {
+                    message_id: id(i),
+                    owner: "a".into(),
+                    lasts_ms: 600_000,
+                }),
+            ]
+        })
+        .collect();
+    store.write(WriteOp::Many(starts)).await.unwrap();
+
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let renewing = {
+        let store = store.clone();
+        let writing = writing.clone();
+        tokio::spawn(async move {
+            let mut renewer = store.lease_renewer();
+            let mut held = Vec::new();
+            while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                let renewed = renewer.renew("a", now_ms() + 600_000).await;
+                held.push(renewed.map(|ids| ids.len()));
+            }
+            held
+        })
+    };
+    // Each round writes an item of a third of the live turns and ends some, all over the
+    // table: turn `i` ends in round `i % ROUNDS`.
+    for round in 0..ROUNDS {
+        let mut ops = Vec::new();
+        for i in (0..TURNS).filter(|i| i % ROUNDS >= round) {
+            let ends = i % ROUNDS == round;
+            if !ends && (i + round) % 3 != 0 {
+                continue;
+            }
+            let mut item = item(&id(i), round as i64);
+            item.thread_id = format!("dt{i}");
+            ops.extend([fence(&id(i), "a"), WriteOp::Items(vec![item])]);
+            if ends {
+                let mut done = message_in(&format!("dt{i}"), &id(i), "completed");
+                done.content = json!("done");
+                ops.push(WriteOp::FinishTurn { message: done });
+            }
+        }
+        store.write(WriteOp::Many(ops)).await.unwrap();
+    }
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let held = renewing.await.unwrap();
+    for renewed in &held {
+        renewed.as_ref().expect("every renewal succeeds");
+    }
+    db.drop_database().await.unwrap();
+}
