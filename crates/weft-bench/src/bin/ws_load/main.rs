@@ -141,8 +141,19 @@ struct Frame<'a> {
     content: std::borrow::Cow<'a, str>,
 }
 
-/// One W1 turn on `ws`: (time to first frame, time to first text chunk, whole turn, text).
-async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
+/// What one turn took, from the moment its message was sent.
+struct Timed {
+    first_frame: Duration,
+    first_chunk: Duration,
+    /// The last text chunk (before the turn's end was saved and `done` came).
+    last_chunk: Duration,
+    total: Duration,
+    /// The root-level text streamed.
+    text: String,
+}
+
+/// One turn on `ws`, timed.
+async fn turn(ws: &mut Ws) -> Timed {
     let frame = json!({"command": "chat_message", "data": {"content": "Run workload W1."}});
     let started = Instant::now();
     if ws
@@ -152,7 +163,7 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
     {
         fail("send failed");
     }
-    let (mut first_frame, mut first_chunk) = (None, None);
+    let (mut first_frame, mut first_chunk, mut last_chunk) = (None, None, None);
     let mut text = String::new();
     loop {
         let message = match tokio::time::timeout(Duration::from_secs(120), ws.next()).await {
@@ -168,7 +179,9 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
         match frame.kind {
             "chunk" if frame.done => break,
             "chunk" => {
-                first_chunk.get_or_insert_with(|| started.elapsed());
+                let now = started.elapsed();
+                first_chunk.get_or_insert(now);
+                last_chunk = Some(now);
                 if frame.depth == 0 {
                     text.push_str(&frame.content);
                 }
@@ -178,12 +191,13 @@ async fn turn(ws: &mut Ws) -> (Duration, Duration, Duration, String) {
         }
     }
     let total = started.elapsed();
-    (
-        first_frame.unwrap_or(total),
-        first_chunk.unwrap_or(total),
+    Timed {
+        first_frame: first_frame.unwrap_or(total),
+        first_chunk: first_chunk.unwrap_or(total),
+        last_chunk: last_chunk.unwrap_or(total),
         total,
         text,
-    )
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -361,7 +375,7 @@ async fn sequential(target: &Target, peer: &str, count: usize) {
     }
     let started = Instant::now();
     for _ in 0..count {
-        let (_, _, _, text) = turn(&mut ws).await;
+        let text = turn(&mut ws).await.text;
         if !text.ends_with(&expected) {
             fail(&format!("unexpected text {text:?}"));
         }
@@ -386,12 +400,12 @@ async fn concurrent(target: &Target, peer: &str, n: usize) {
     let mut first_frames = Vec::new();
     let mut first_chunks = Vec::new();
     let mut keep = Vec::new();
-    for ((ff, fc, _, text), ws) in tasks.await {
-        if !text.ends_with(&expected) {
+    for (timed, ws) in tasks.await {
+        if !timed.text.ends_with(&expected) {
             fail("a concurrent turn returned the wrong text");
         }
-        first_frames.push(ff);
-        first_chunks.push(fc);
+        first_frames.push(timed.first_frame);
+        first_chunks.push(timed.first_chunk);
         keep.push(ws);
     }
     let wall = started.elapsed().as_secs_f64();
@@ -447,7 +461,7 @@ async fn connect_all(target: &Target, n: usize) -> Vec<Ws> {
 
 /// One turn on each socket, all sent together: each turn's result, with its socket (kept open
 /// until the caller drops it).
-async fn together(sockets: Vec<Ws>) -> Vec<((Duration, Duration, Duration, String), Ws)> {
+async fn together(sockets: Vec<Ws>) -> Vec<(Timed, Ws)> {
     let gate = Arc::new(tokio::sync::Barrier::new(sockets.len()));
     let tasks: Vec<_> = sockets
         .into_iter()

@@ -28,6 +28,7 @@ pub fn script(chunks: usize, chunk_ms: u64) -> Value {
 pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms: u64) {
     let (_, rss_before) = target.rss();
     let commits_before = target.metric("weft_store_commits_total").await;
+    let writing_before = target.metric("weft_store_commit_seconds_sum").await;
     let sockets = connect_all(target, n).await;
     let server_cpu_before = target.cpu_seconds();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
@@ -36,18 +37,20 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
     let scripted = Duration::from_millis(chunk_ms * chunks as u64);
     let expected = CHUNK.repeat(chunks);
     let (mut first_chunks, mut overruns, mut keep) = (Vec::new(), Vec::new(), Vec::new());
+    let mut end_waits = Vec::new();
     let mut delivered = 0usize;
-    for ((_, first_chunk, total, text), ws) in tasks.await {
-        if text != expected {
+    for (timed, ws) in tasks.await {
+        if timed.text != expected {
             fail(&format!(
                 "a W2 turn streamed {} characters, not {}",
-                text.len(),
+                timed.text.len(),
                 expected.len()
             ));
         }
-        delivered += text.len() / CHUNK.len();
-        first_chunks.push(first_chunk);
-        overruns.push(total.saturating_sub(scripted));
+        delivered += timed.text.len() / CHUNK.len();
+        first_chunks.push(timed.first_chunk);
+        overruns.push(timed.total.saturating_sub(scripted));
+        end_waits.push(timed.total - timed.last_chunk);
         keep.push(ws);
     }
     let wall = started.elapsed().as_secs_f64();
@@ -55,8 +58,10 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
     let own_cpu = weft_bench::cpu_seconds_of("self") - own_cpu_before;
     let (peak, _) = target.rss();
     let commits = target.metric("weft_store_commits_total").await - commits_before;
+    let writing = target.metric("weft_store_commit_seconds_sum").await - writing_before;
     first_chunks.sort();
     overruns.sort();
+    end_waits.sort();
     println!("{peer},w2_turns,{n},turns");
     println!("{peer},w2_wall,{wall:.2},s");
     println!(
@@ -81,7 +86,16 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
         "{peer},w2_first_chunk_p99,{:.0},ms",
         percentile(&first_chunks, 0.99)
     );
+    println!(
+        "{peer},w2_end_wait_p50,{:.0},ms",
+        percentile(&end_waits, 0.5)
+    );
+    println!(
+        "{peer},w2_end_wait_p99,{:.0},ms",
+        percentile(&end_waits, 0.99)
+    );
     println!("{peer},w2_commits,{commits},commits");
+    println!("{peer},w2_writer_busy,{writing:.2},s");
     drop(keep);
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
