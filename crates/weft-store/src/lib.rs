@@ -31,7 +31,7 @@ pub use rows::{
     WorkflowRunRow,
 };
 pub use vectors::{decode_vector, encode_vector};
-pub use writer::{Done, WriteError, WriteHold, WriteObserver, WriteOp};
+pub use writer::{Done, Queued, WriteError, WriteHold, WriteObserver, WriteOp};
 
 use writer::Writer;
 
@@ -158,12 +158,12 @@ impl Store {
                 })
             });
         }
-        let write_pool = write.connect(&url).await?;
+        let writer = Writer::start(write, &url, backend).await?;
         Ok(Store {
             pool,
             common: Default::default(),
             vectors: Default::default(),
-            writer: Writer::start(write_pool, backend),
+            writer,
             backend,
         })
     }
@@ -173,6 +173,18 @@ impl Store {
         self.writer.submit(op, done);
     }
 
+    /// [`Store::submit`], ahead of what is queued: for a write someone waits for (a turn's
+    /// end, a response before its call runs), which must not follow any write still queued.
+    pub fn submit_ahead(&self, op: WriteOp, done: Option<Done>) {
+        self.writer.submit_ahead(op, done);
+    }
+
+    /// [`Store::submit`], keeping the means to move the write ahead of the queue should
+    /// someone come to wait for it.
+    pub fn submit_movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
+        self.writer.submit_movable(op, done)
+    }
+
     /// See [`Writer::batch_started`](writer::Writer::batch_started).
     pub fn batch_started(&self) -> std::time::Instant {
         self.writer.batch_started()
@@ -180,7 +192,12 @@ impl Store {
 
     /// Write `op` and wait for its commit.
     pub async fn write(&self, op: WriteOp) -> Result<()> {
-        Ok(self.writer.write(op).await?)
+        Ok(self.writer.write(op, false).await?)
+    }
+
+    /// [`Store::write`], ahead of what is queued (see [`Store::submit_ahead`]).
+    pub async fn write_ahead(&self, op: WriteOp) -> Result<()> {
+        Ok(self.writer.write(op, true).await?)
     }
 
     /// Ops handed to the writer and not yet committed.

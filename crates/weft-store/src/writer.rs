@@ -1,10 +1,11 @@
 //! The one writer (group commit): every hot-path write is a [`WriteOp`] handed to a task
 //! that takes everything queued, writes it in one transaction with multi-row statements,
 //! commits once, and hands the batch's acknowledgements to a second task, which tells each
-//! submitter in commit order while the next batch is written. A turn's start goes ahead of
-//! what is queued (its client waits for `turn_started`; the rest is the progress of turns
-//! already started). A failed batch is retried op by op, so one bad op fails only its own
-//! submitter.
+//! submitter in commit order while the next batch is written. A turn's start, and a write
+//! someone waits for, go ahead of what is queued (the progress of turns under way, which
+//! nobody waits for); a queued write can still be moved ahead when someone starts waiting
+//! for it ([`Queued::hurry`]). A failed batch is retried op by op, so one bad op fails only
+//! its own submitter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sqlx::any::AnyArguments;
+use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, AnyPool};
 use tokio::sync::{mpsc, oneshot, OwnedRwLockWriteGuard, RwLock};
 
@@ -162,7 +164,62 @@ enum Job {
         op: Box<WriteOp>,
         done: Option<Done>,
     },
+    /// A write that can still be moved ahead of the queue; empty once it was.
+    Movable(Arc<Slot>),
     Close(oneshot::Sender<()>),
+}
+
+/// A movable write, until the writer or [`Queued::hurry`] takes it out.
+type Slot = std::sync::Mutex<Option<(WriteOp, Option<Done>)>>;
+
+/// A write waiting in the writer's queue, which its submitter may move ahead of the queue
+/// once someone waits for it.
+pub struct Queued {
+    slot: Arc<Slot>,
+    first: mpsc::UnboundedSender<Job>,
+}
+
+impl Queued {
+    /// Move the write ahead of the queue, unless the writer has taken it already (then it is
+    /// in the batch being written, or committed): either way it commits before anything
+    /// submitted after this call.
+    pub fn hurry(&self) {
+        let taken = self
+            .slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some((op, done)) = taken else { return };
+        // Counted in `queued` when it was first submitted.
+        if let Err(mpsc::error::SendError(job)) = self.first.send(Job::Write {
+            op: Box::new(op),
+            done,
+        }) {
+            closed(job);
+        }
+    }
+}
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queued").finish_non_exhaustive()
+    }
+}
+
+/// A job the writer will never take: its submitter is told the store is closed.
+fn closed(job: Job) {
+    let done = match job {
+        Job::Write { done, .. } => done,
+        Job::Movable(slot) => slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .and_then(|(_, done)| done),
+        Job::Close(_) => None,
+    };
+    if let Some(done) = done {
+        done(Err(WriteError("the store is closed".into())));
+    }
 }
 
 /// The submitting side of the writer. Cheap to clone.
@@ -221,8 +278,11 @@ impl Writer {
         started.unwrap_or_else(Instant::now)
     }
 
-    /// Start the writer task over `pool` (its own connection: one writer per database).
-    pub fn start(pool: AnyPool, backend: Backend) -> Writer {
+    /// Start the writer over its own connection to `url` (one writer per database), made by
+    /// `options`. It runs on a thread and runtime of its own: a server under load has
+    /// thousands of tasks ready to run, and a writer among them would wait behind them at
+    /// every round trip of every commit. Its acknowledgements run on the caller's runtime.
+    pub async fn start(options: AnyPoolOptions, url: &str, backend: Backend) -> Result<Writer> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (first, first_rx) = mpsc::unbounded_channel();
         let shared: Arc<Shared> = Arc::default();
@@ -230,28 +290,77 @@ impl Writer {
             first: first_rx,
             rest: rx,
         };
-        tokio::spawn(run(pool, backend, queues, shared.clone()));
-        Writer { tx, first, shared }
+        let (acks, acks_rx) = mpsc::unbounded_channel();
+        tokio::spawn(acknowledge(acks_rx, shared.clone()));
+        let (ready, connected) = oneshot::channel();
+        let url = url.to_owned();
+        let writing = shared.clone();
+        std::thread::Builder::new()
+            .name("weft-writer".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => return drop(ready.send(Err(StoreError::Io(e)))),
+                };
+                runtime.block_on(async move {
+                    match options.connect(&url).await {
+                        Ok(pool) => {
+                            let _ = ready.send(Ok(()));
+                            run(pool, backend, queues, writing, acks).await;
+                        }
+                        Err(e) => drop(ready.send(Err(e.into()))),
+                    }
+                });
+            })?;
+        connected
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Write("the writer did not start".into())))?;
+        Ok(Writer { tx, first, shared })
     }
 
+    /// Queue `op`; a start (and the settings it may carry) goes ahead of the queue.
     pub fn submit(&self, op: WriteOp, done: Option<Done>) {
+        let ahead = op.goes_first();
+        self.send(
+            ahead,
+            Job::Write {
+                op: Box::new(op),
+                done,
+            },
+        );
+    }
+
+    /// Queue `op` ahead of what is queued (someone waits for it). Only for an op that need
+    /// not follow anything queued and not yet committed.
+    pub fn submit_ahead(&self, op: WriteOp, done: Option<Done>) {
+        self.send(
+            true,
+            Job::Write {
+                op: Box::new(op),
+                done,
+            },
+        );
+    }
+
+    /// Queue `op` (not ahead) so that it can still be moved ahead.
+    pub fn submit_movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
+        let slot = Arc::new(std::sync::Mutex::new(Some((op, done))));
+        self.send(false, Job::Movable(slot.clone()));
+        Queued {
+            slot,
+            first: self.first.clone(),
+        }
+    }
+
+    fn send(&self, ahead: bool, job: Job) {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        let queue = if op.goes_first() {
-            &self.first
-        } else {
-            &self.tx
-        };
-        if let Err(mpsc::error::SendError(job)) = queue.send(Job::Write {
-            op: Box::new(op),
-            done,
-        }) {
+        let queue = if ahead { &self.first } else { &self.tx };
+        if let Err(mpsc::error::SendError(job)) = queue.send(job) {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-            if let Job::Write {
-                done: Some(done), ..
-            } = job
-            {
-                done(Err(WriteError("the store is closed".into())));
-            }
+            closed(job);
         }
     }
 
@@ -263,14 +372,17 @@ impl Writer {
         WriteHold(self.shared.hold.clone().write_owned().await)
     }
 
-    pub async fn write(&self, op: WriteOp) -> std::result::Result<(), WriteError> {
+    /// Queue `op` (ahead of the queue when `ahead`) and wait for its commit.
+    pub async fn write(&self, op: WriteOp, ahead: bool) -> std::result::Result<(), WriteError> {
         let (tx, rx) = oneshot::channel();
-        self.submit(
-            op,
-            Some(Box::new(move |result| {
-                let _ = tx.send(result);
-            })),
-        );
+        let done: Done = Box::new(move |result| {
+            let _ = tx.send(result);
+        });
+        if ahead {
+            self.submit_ahead(op, Some(done));
+        } else {
+            self.submit(op, Some(done));
+        }
         rx.await
             .unwrap_or_else(|_| Err(WriteError("the writer stopped".into())))
     }
@@ -295,18 +407,26 @@ struct Queues {
 }
 
 impl Queues {
-    /// Wait for work, then take every op waiting to go first and then the rest in order, up
-    /// to `MAX_BATCH`; false once both queues are closed and empty.
-    async fn take(&mut self, jobs: &mut Vec<Job>) -> bool {
-        if self.first.is_empty() && self.rest.is_empty() {
-            tokio::select! {
-                biased;
-                Some(job) = self.first.recv() => jobs.push(job),
-                Some(job) = self.rest.recv() => jobs.push(job),
-                else => return false,
-            }
+    /// Wait for work: the job that came, and whether it goes first; `None` once both queues
+    /// are closed and empty.
+    async fn next(&mut self) -> Option<(Job, bool)> {
+        tokio::select! {
+            biased;
+            Some(job) = self.first.recv() => Some((job, true)),
+            Some(job) = self.rest.recv() => Some((job, false)),
+            else => None,
         }
-        for queue in [&mut self.first, &mut self.rest] {
+    }
+
+    /// Take every job waiting to go first, then the rest in order, up to `MAX_BATCH`;
+    /// `came` (the job that woke the writer) heads its own queue's.
+    fn drain(&mut self, came: (Job, bool), jobs: &mut Vec<Job>) {
+        let (job, first) = came;
+        let mut came = Some(job);
+        for (queue, its) in [(&mut self.first, first), (&mut self.rest, !first)] {
+            if its {
+                jobs.extend(came.take());
+            }
             while jobs.len() < MAX_BATCH {
                 match queue.try_recv() {
                     Ok(job) => jobs.push(job),
@@ -314,43 +434,75 @@ impl Queues {
                 }
             }
         }
-        true
     }
 }
 
-async fn run(pool: AnyPool, backend: Backend, mut queues: Queues, shared: Arc<Shared>) {
-    // Acknowledging a batch (a turn's start releases its held frames) overlaps writing the
-    // next one instead of delaying it.
-    let (acks, acks_rx) = mpsc::unbounded_channel();
-    tokio::spawn(acknowledge(acks_rx, shared.clone()));
+/// The writer's loop. Acknowledging a batch (a turn's start releases its held frames) is
+/// `acks`' task's: it overlaps writing the next batch instead of delaying it.
+async fn run(
+    pool: AnyPool,
+    backend: Backend,
+    mut queues: Queues,
+    shared: Arc<Shared>,
+    acks: mpsc::UnboundedSender<Acks>,
+) {
     let mut jobs = Vec::with_capacity(64);
-    loop {
-        if !queues.take(&mut jobs).await {
-            break;
-        }
-        let mut batch = Vec::with_capacity(jobs.len());
-        let mut closing = None;
-        for job in jobs.drain(..) {
-            match job {
-                Job::Write { op, done } => batch.push((*op, done)),
-                Job::Close(ack) => closing = Some(ack),
-            }
-        }
-        if !batch.is_empty() {
-            let _held = shared.hold.read().await;
-            let ops = batch.len();
-            let started = Instant::now();
-            let dones = commit_batch(&pool, backend, batch, shared.observer.get()).await;
-            shared.queued.fetch_sub(ops, Ordering::Relaxed);
-            let _ = acks.send(Acks::Batch { started, dones });
-        }
+    while let Some(came) = queues.next().await {
+        // While held (tests, maintenance) the writer waits here; what comes meanwhile joins
+        // this batch in its place.
+        let held = shared.hold.read().await;
+        queues.drain(came, &mut jobs);
+        let closing = write_jobs(&pool, backend, &mut jobs, &shared, &acks).await;
+        drop(held);
         if let Some(ack) = closing {
+            // A write moved ahead while this batch was being taken is written too; one moved
+            // after this is told the store is closed.
+            queues.first.close();
+            while let Ok(job) = queues.first.try_recv() {
+                jobs.push(job);
+            }
+            write_jobs(&pool, backend, &mut jobs, &shared, &acks).await;
             pool.close().await;
             // Acknowledged once every batch before it is.
             let _ = acks.send(Acks::Close(ack));
             break;
         }
     }
+}
+
+/// Write `jobs` (taken out) in one batch and hand its acknowledgements on; the `close` among
+/// them, if any.
+async fn write_jobs(
+    pool: &AnyPool,
+    backend: Backend,
+    jobs: &mut Vec<Job>,
+    shared: &Shared,
+    acks: &mpsc::UnboundedSender<Acks>,
+) -> Option<oneshot::Sender<()>> {
+    let mut batch = Vec::with_capacity(jobs.len());
+    let mut closing = None;
+    for job in jobs.drain(..) {
+        match job {
+            Job::Write { op, done } => batch.push((*op, done)),
+            Job::Movable(slot) => {
+                // Empty when it was moved ahead: it comes again from there.
+                let taken = slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                batch.extend(taken);
+            }
+            Job::Close(ack) => closing = Some(ack),
+        }
+    }
+    if !batch.is_empty() {
+        let ops = batch.len();
+        let started = Instant::now();
+        let dones = commit_batch(pool, backend, batch, shared.observer.get()).await;
+        shared.queued.fetch_sub(ops, Ordering::Relaxed);
+        let _ = acks.send(Acks::Batch { started, dones });
+    }
+    closing
 }
 
 /// Tell each batch's submitters, batch after batch in commit order.

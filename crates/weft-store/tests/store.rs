@@ -539,6 +539,63 @@ async fn a_start_goes_ahead_of_the_queue(store: &Store) {
     assert_eq!(order[1100].0, "decision 1099");
 }
 
+/// A write someone waits for goes ahead of the queue, and a queued write can be moved ahead
+/// once someone waits for it: the moved write commits first, once, then the one submitted
+/// ahead after it, then the rest in their order. Moving a committed write does nothing.
+async fn a_queued_write_is_moved_ahead(store: &Store) {
+    store.ensure_user("q").await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let told = |name: String| -> Option<weft_store::Done> {
+        let tx = tx.clone();
+        Some(Box::new(move |r| {
+            let _ = tx.send((name, r.is_ok()));
+        }))
+    };
+    let decision = |i: usize| WriteOp::DecideApproval {
+        thread_id: "q-none".into(),
+        id: format!("a{i}"),
+        status: "allowed".into(),
+    };
+    let moved = {
+        let _hold = store.hold_writes().await;
+        for i in 0..1100 {
+            store.submit(decision(i), told(format!("decision {i}")));
+        }
+        let moved = store.submit_movable(decision(1100), told("moved".into()));
+        store.submit(decision(1101), told("decision 1101".into()));
+        moved.hurry();
+        store.submit_ahead(decision(1102), told("ahead".into()));
+        moved
+    };
+    let mut order = Vec::new();
+    while order.len() < 1103 {
+        order.push(rx.recv().await.unwrap());
+    }
+    moved.hurry();
+    store.write(decision(1103)).await.unwrap();
+    drop(tx);
+    assert_eq!(rx.recv().await, None, "each write is acknowledged once");
+    assert!(order.iter().all(|(_, ok)| *ok));
+    let names: Vec<&str> = order.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names[..3], ["moved", "ahead", "decision 0"]);
+    assert_eq!(names[1101..], ["decision 1099", "decision 1101"]);
+}
+
+#[tokio::test]
+async fn a_queued_write_is_moved_ahead_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    a_queued_write_is_moved_ahead(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_queued_write_is_moved_ahead_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    a_queued_write_is_moved_ahead(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_start_goes_ahead_of_the_queue_on_postgres() {
     let db = TestDb::postgres().await.unwrap();

@@ -6,7 +6,8 @@
 //! (a round per commit when the database keeps up, bigger writes when it does not). Anything
 //! held, and root-level text still streaming, goes out at least every second, and at once
 //! when the turn asks the user for an approval (the request waits for that commit). A write
-//! that fails stops the turn.
+//! someone waits for goes ahead of the writer's queue (the progress of other turns), and the
+//! write in flight before it is moved ahead too. A write that fails stops the turn.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
@@ -17,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder, Stored};
 use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
-use weft_store::{now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Store, WriteOp};
+use weft_store::{now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Queued, Store, WriteOp};
 
 use super::{entry_row, results_row, ItemPlace};
 use crate::leases::TurnLease;
@@ -56,6 +57,12 @@ struct LogState {
     items: Vec<ItemRow>,
     /// A write of this turn is on its way; the next flush waits for it.
     in_flight: bool,
+    /// Writes handed to the writer so far: tells the write in flight from earlier ones.
+    flushes: u64,
+    /// The write in flight, while it waits in the writer's queue (not ahead of it).
+    queued: Option<Queued>,
+    /// Someone waits for what is held: the next write goes ahead of the writer's queue.
+    waited: bool,
     /// Provider calls recorded so far (their rows are numbered by it).
     model_calls: u32,
     /// Calls whose results went on record ahead of their round's (their round leaves them
@@ -101,8 +108,11 @@ impl TurnLog {
         state.model_calls = model_calls;
     }
 
-    /// Resolves once everything held so far is committed; the error says why it was not.
+    /// Everything held goes out now, ahead of the writer's queue; resolves once it is
+    /// committed (the error says why it was not).
     fn kept(&self) -> Stored {
+        self.hurry();
+        self.flush();
         let me = self.me.clone();
         Box::pin(async move {
             let Some(log) = me.upgrade() else {
@@ -127,13 +137,14 @@ impl TurnLog {
     /// Hand everything held to the writer as one op, unless a write is in flight (then it
     /// goes when that one lands); if it fails, remember why and stop the turn.
     pub fn flush(&self) {
-        let ops = {
+        let (ops, ahead, flush) = {
             let mut state = self.state.lock();
             if state.in_flight {
                 return;
             }
             let mut ops = self.take_from(&mut state);
             if ops.is_empty() {
+                state.waited = false;
                 return;
             }
             if !self.lease.check() {
@@ -146,12 +157,17 @@ impl TurnLog {
                 ops.insert(0, fence);
             }
             state.in_flight = true;
-            ops
+            state.flushes += 1;
+            (ops, std::mem::take(&mut state.waited), state.flushes)
         };
         let me = self.me.clone();
         let done: Done = Box::new(move |result| {
             let Some(log) = me.upgrade() else { return };
-            log.state.lock().in_flight = false;
+            {
+                let mut state = log.state.lock();
+                state.in_flight = false;
+                state.queued = None;
+            }
             match result {
                 Ok(()) => log.flush(),
                 Err(e) => {
@@ -161,12 +177,35 @@ impl TurnLog {
             }
             log.landed.notify_waiters();
         });
-        self.store.submit(WriteOp::Many(ops), Some(done));
+        if ahead {
+            self.store.submit_ahead(WriteOp::Many(ops), Some(done));
+            return;
+        }
+        let queued = self.store.submit_movable(WriteOp::Many(ops), Some(done));
+        let mut state = self.state.lock();
+        // Unless it landed already (and another may be on its way).
+        if state.in_flight && state.flushes == flush {
+            state.queued = Some(queued);
+        }
+    }
+
+    /// Someone waits for what is held: the write in flight (if still queued) and the next go
+    /// ahead of the writer's queue.
+    fn hurry(&self) {
+        let queued = {
+            let mut state = self.state.lock();
+            state.waited = true;
+            state.queued.take()
+        };
+        if let Some(queued) = queued {
+            queued.hurry();
+        }
     }
 
     /// Resolves once everything recorded so far is committed (or a write failed): for
     /// readers of the store that must see what the clients were just shown.
     pub async fn settled(&self) {
+        self.hurry();
         loop {
             let landed = self.landed.notified();
             tokio::pin!(landed);
@@ -183,8 +222,11 @@ impl TurnLog {
         }
     }
 
-    /// Everything held, in order (the streaming text as a partial item, if it changed).
-    pub fn take_held(&self) -> Vec<WriteOp> {
+    /// Everything held, in order (the streaming text as a partial item, if it changed), for
+    /// the turn's end, which goes ahead of the writer's queue: the write in flight goes
+    /// ahead first.
+    pub fn take_for_end(&self) -> Vec<WriteOp> {
+        self.hurry();
         self.take_from(&mut self.state.lock())
     }
 
@@ -330,14 +372,13 @@ impl Recorder for TurnLog {
             );
             state.items.push(row);
         }
-        self.flush();
         self.kept()
     }
 
     /// The approval is written (pending) at once, with everything held before it; the user
     /// is asked once it is committed.
     fn approval_requested(&self, request: &ApprovalRequest<'_>) -> Stored {
-        self.submit(WriteOp::InsertApproval(ApprovalRow {
+        self.hold(WriteOp::InsertApproval(ApprovalRow {
             id: request.id.to_owned(),
             thread_id: self.thread_id.clone(),
             tool: request.tool.to_owned(),
@@ -354,7 +395,6 @@ impl Recorder for TurnLog {
     /// The response asking for a call that may change something goes out first (with
     /// everything held), so a restart knows the call may have run.
     fn before_effect(&self) -> Stored {
-        self.flush();
         self.kept()
     }
 

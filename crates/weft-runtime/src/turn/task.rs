@@ -478,9 +478,10 @@ impl TurnTask {
             return;
         }
         let mut ops: Vec<WriteOp> = self.lease.fence().into_iter().collect();
-        ops.extend(self.log.take_held());
+        ops.extend(self.log.take_for_end());
         ops.push(op);
-        let saved = self.runtime.store.write(WriteOp::Many(ops)).await;
+        // Its client waits for it: ahead of the writer's queue, after the turn's own writes.
+        let saved = self.runtime.store.write_ahead(WriteOp::Many(ops)).await;
         match self
             .log
             .failure()
