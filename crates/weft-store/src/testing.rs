@@ -1,7 +1,7 @@
 //! Fresh, migrated databases for tests: a new PostgreSQL database per call (dropped by
 //! [`TestDb::drop_database`]) or a new SQLite file in a temporary directory.
 
-use crate::{new_id, Result, Store};
+use crate::{new_id, Result, Store, ThreadRow};
 
 /// Where PostgreSQL tests connect to create their databases.
 pub fn postgres_admin_url() -> String {
@@ -15,6 +15,20 @@ pub fn pgvector_admin_url() -> String {
     std::env::var("WEFT_PGVECTOR_URL").unwrap_or_else(|_| {
         panic!("WEFT_PGVECTOR_URL is not set: run ./scripts/test.sh, or export WEFT_PGVECTOR_URL=$(./scripts/pgvector.sh)")
     })
+}
+
+/// A new thread's row as a turn's start writes it: `owner`'s, in Default mode, untitled.
+pub fn new_thread(id: &str, owner: &str) -> ThreadRow {
+    ThreadRow {
+        id: id.to_owned(),
+        owner: owner.to_owned(),
+        title: String::new(),
+        permission_mode: "default".into(),
+        agent: None,
+        created_at: 0,
+        updated_at: 0,
+        allowed_tools: Vec::new(),
+    }
 }
 
 /// Make the database look one migration behind this build (for health-check tests).

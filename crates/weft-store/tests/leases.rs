@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
-use weft_store::testing::TestDb;
+use weft_store::testing::{new_thread, TestDb};
 use weft_store::{now_ms, ItemRow, LeaseRow, NewMessage, Store, StoreError, WriteOp};
 
 fn message(id: &str, status: &str) -> NewMessage {
@@ -321,19 +321,9 @@ async fn renewals_and_fenced_batches_do_not_deadlock_on_postgres() {
     let id = |i: usize| format!("d{:08x}", (i as u64 * 2_654_435_761) % (1 << 32));
     let starts: Vec<WriteOp> = (0..TURNS)
         .flat_map(|i| {
-            let thread = weft_store::ThreadRow {
-                id: format!("dt{i}"),
-                owner: "alice".into(),
-                title: String::new(),
-                permission_mode: "default".into(),
-                agent: None,
-                created_at: 0,
-                updated_at: 0,
-                allowed_tools: Vec::new(),
-            };
             [
                 WriteOp::BeginTurn {
-                    thread: Some(thread),
+                    thread: Some(new_thread(&format!("dt{i}"), "alice")),
                     messages: vec![message_in(&format!("dt{i}"), &id(i), "running")],
                 },
                 WriteOp::Lease(LeaseRow {

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
-use weft_store::testing::TestDb;
+use weft_store::testing::{new_thread, TestDb};
 use weft_store::{now_ms, ApprovalRow, ItemRow, ModelCallRow, NewMessage, Store, WriteOp};
 
 async fn suite(store: &Store) {
@@ -388,19 +388,6 @@ async fn record(store: &Store) {
 }
 
 /// A new thread of `owner`'s, as a turn's start writes it.
-fn new_thread(id: String, owner: &str) -> weft_store::ThreadRow {
-    weft_store::ThreadRow {
-        id,
-        owner: owner.into(),
-        title: String::new(),
-        permission_mode: "default".into(),
-        agent: None,
-        created_at: 0,
-        updated_at: 0,
-        allowed_tools: Vec::new(),
-    }
-}
-
 /// Everything queued when the writer wakes goes out in one commit; an op that fails fails
 /// alone and the rest of its batch still commits.
 async fn group_commit(store: &Store) {
@@ -414,7 +401,7 @@ async fn group_commit(store: &Store) {
     let count = std::sync::Arc::new(Count::default());
     store.observe_writes(count.clone());
     store.ensure_user("gc").await.unwrap();
-    let thread = |id: String| new_thread(id, "gc");
+    let thread = |id: String| new_thread(&id, "gc");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     {
         let hold = store.hold_writes().await;
@@ -518,7 +505,7 @@ async fn a_start_goes_ahead_of_the_queue(store: &Store) {
         let started = tx.clone();
         store.submit(
             WriteOp::BeginTurn {
-                thread: Some(new_thread("q-1".into(), "q")),
+                thread: Some(new_thread("q-1", "q")),
                 messages: Vec::new(),
             },
             Some(Box::new(move |r| {
