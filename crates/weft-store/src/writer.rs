@@ -169,8 +169,24 @@ enum Job {
     Close(oneshot::Sender<()>),
 }
 
+impl Job {
+    fn write(op: WriteOp, done: Option<Done>) -> Job {
+        Job::Write {
+            op: Box::new(op),
+            done,
+        }
+    }
+}
+
 /// A movable write, until the writer or [`Queued::hurry`] takes it out.
 type Slot = std::sync::Mutex<Option<(WriteOp, Option<Done>)>>;
+
+/// The write in `slot`, taken out (none once the writer or a hurry took it).
+fn take(slot: &Slot) -> Option<(WriteOp, Option<Done>)> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
 
 /// A write waiting in the writer's queue, which its submitter may move ahead of the queue
 /// once someone waits for it.
@@ -184,17 +200,11 @@ impl Queued {
     /// in the batch being written, or committed): either way it commits before anything
     /// submitted after this call.
     pub fn hurry(&self) {
-        let taken = self
-            .slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let Some((op, done)) = taken else { return };
+        let Some((op, done)) = take(&self.slot) else {
+            return;
+        };
         // Counted in `queued` when it was first submitted.
-        if let Err(mpsc::error::SendError(job)) = self.first.send(Job::Write {
-            op: Box::new(op),
-            done,
-        }) {
+        if let Err(mpsc::error::SendError(job)) = self.first.send(Job::write(op, done)) {
             closed(job);
         }
     }
@@ -210,11 +220,7 @@ impl std::fmt::Debug for Queued {
 fn closed(job: Job) {
     let done = match job {
         Job::Write { done, .. } => done,
-        Job::Movable(slot) => slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-            .and_then(|(_, done)| done),
+        Job::Movable(slot) => take(&slot).and_then(|(_, done)| done),
         Job::Close(_) => None,
     };
     if let Some(done) = done {
@@ -323,26 +329,13 @@ impl Writer {
 
     /// Queue `op`; a start (and the settings it may carry) goes ahead of the queue.
     pub fn submit(&self, op: WriteOp, done: Option<Done>) {
-        let ahead = op.goes_first();
-        self.send(
-            ahead,
-            Job::Write {
-                op: Box::new(op),
-                done,
-            },
-        );
+        self.send(op.goes_first(), Job::write(op, done));
     }
 
     /// Queue `op` ahead of what is queued (someone waits for it). Only for an op that need
     /// not follow anything queued and not yet committed.
     pub fn submit_ahead(&self, op: WriteOp, done: Option<Done>) {
-        self.send(
-            true,
-            Job::Write {
-                op: Box::new(op),
-                done,
-            },
-        );
+        self.send(true, Job::write(op, done));
     }
 
     /// Queue `op` (not ahead) so that it can still be moved ahead.
@@ -486,11 +479,7 @@ async fn write_jobs(
             Job::Write { op, done } => batch.push((*op, done)),
             Job::Movable(slot) => {
                 // Empty when it was moved ahead: it comes again from there.
-                let taken = slot
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .take();
-                batch.extend(taken);
+                batch.extend(take(&slot));
             }
             Job::Close(ack) => closing = Some(ack),
         }

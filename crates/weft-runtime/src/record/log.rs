@@ -222,12 +222,15 @@ impl TurnLog {
         }
     }
 
-    /// Everything held, in order (the streaming text as a partial item, if it changed), for
-    /// the turn's end, which goes ahead of the writer's queue: the write in flight goes
-    /// ahead first.
-    pub fn take_for_end(&self) -> Vec<WriteOp> {
+    /// Write the turn's end after everything held (the streaming text as a partial item, if
+    /// it changed), ahead of the writer's queue (its client waits for it): the write in
+    /// flight is moved ahead first, so the turn's writes keep their order.
+    pub async fn write_end(&self, end: WriteOp) -> weft_store::Result<()> {
         self.hurry();
-        self.take_from(&mut self.state.lock())
+        let mut ops: Vec<WriteOp> = self.lease.fence().into_iter().collect();
+        ops.extend(self.take_from(&mut self.state.lock()));
+        ops.push(end);
+        self.store.write_ahead(WriteOp::Many(ops)).await
     }
 
     fn take_from(&self, state: &mut LogState) -> Vec<WriteOp> {

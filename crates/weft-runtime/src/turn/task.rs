@@ -477,11 +477,7 @@ impl TurnTask {
             self.publish_done();
             return;
         }
-        let mut ops: Vec<WriteOp> = self.lease.fence().into_iter().collect();
-        ops.extend(self.log.take_for_end());
-        ops.push(op);
-        // Its client waits for it: ahead of the writer's queue, after the turn's own writes.
-        let saved = self.runtime.store.write_ahead(WriteOp::Many(ops)).await;
+        let saved = self.log.write_end(op).await;
         match self
             .log
             .failure()
