@@ -110,7 +110,18 @@ async fn spawn(
             }
         }
     };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // The rest of what it says goes to its log too, for a run that fails (`ws_load` leaves its
+    // directory in place then).
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        use std::io::Write;
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = writeln!(log, "{line}");
+        }
+    });
     Ok(ServerProcess {
         child,
         pid,

@@ -11,7 +11,8 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
+use tokio_util::task::AbortOnDropHandle;
 use weft_protocol::ErrorCode;
 
 use crate::auth::AuthUser;
@@ -145,9 +146,12 @@ async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket:
 
     let subscriber = weft_runtime::FrameSink::id(outbox.as_ref());
     drop(outbox);
-    tokio::pin!(writer);
+    // The writer is a task of its own: a frame going out wakes only it, not the reader (whose
+    // every poll refills tungstenite's read buffer and polls its timers). Aborted if this
+    // task is dropped.
+    let mut writer = AbortOnDropHandle::new(tokio::spawn(writer));
     tokio::select! {
-        () = &mut writer => {}
+        _ = &mut writer => {}
         () = reader => {
             // Let the writer flush a close frame; the connection's senders are gone now.
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
@@ -213,7 +217,7 @@ async fn write_loop(
                 let wire = if binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
                 let mut close = None;
                 let mut bytes = 0;
-                let written = tokio::time::timeout(write_timeout, async {
+                let written = within(write_timeout, async {
                     for out in batch.drain(..) {
                         match out {
                             Outbound::Frame(frame) => {
@@ -261,6 +265,19 @@ async fn write_loop(
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+}
+
+/// `write` if it finishes within `limit`. A write the socket takes at once (almost every one)
+/// never arms a timer.
+async fn within<T>(
+    limit: Duration,
+    write: impl std::future::Future<Output = T>,
+) -> Result<T, tokio::time::error::Elapsed> {
+    let mut write = std::pin::pin!(write);
+    match (&mut write).now_or_never() {
+        Some(done) => Ok(done),
+        None => tokio::time::timeout(limit, write).await,
+    }
 }
 
 /// Send a close frame if the socket takes it within a second, then give up on it.

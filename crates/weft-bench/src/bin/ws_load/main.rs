@@ -120,6 +120,7 @@ static SERVERS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
 fn fail(message: &str) -> ! {
     eprintln!("ws_load: {message}");
+    eprintln!("ws_load: the server's log is left in its directory (server.log, under the system's temporary directory)");
     for pid in SERVERS.lock().map(|pids| pids.clone()).unwrap_or_default() {
         if let Ok(pid) = i32::try_from(pid) {
             // SAFETY: kill has no memory-safety preconditions.
@@ -150,6 +151,8 @@ struct Timed {
     total: Duration,
     /// The root-level text streamed.
     text: String,
+    /// Text chunk frames received (at every depth).
+    chunk_frames: usize,
 }
 
 /// One turn on `ws`, timed.
@@ -165,6 +168,7 @@ async fn turn(ws: &mut Ws) -> Timed {
     }
     let (mut first_frame, mut first_chunk, mut last_chunk) = (None, None, None);
     let mut text = String::new();
+    let mut chunk_frames = 0;
     loop {
         let message = match tokio::time::timeout(Duration::from_secs(120), ws.next()).await {
             Ok(Some(Ok(m))) => m,
@@ -180,6 +184,7 @@ async fn turn(ws: &mut Ws) -> Timed {
             "chunk" if frame.done => break,
             "chunk" => {
                 let now = started.elapsed();
+                chunk_frames += 1;
                 first_chunk.get_or_insert(now);
                 last_chunk = Some(now);
                 if frame.depth == 0 {
@@ -197,6 +202,7 @@ async fn turn(ws: &mut Ws) -> Timed {
         last_chunk: last_chunk.unwrap_or(total),
         total,
         text,
+        chunk_frames,
     }
 }
 

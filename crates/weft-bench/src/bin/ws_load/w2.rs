@@ -38,7 +38,7 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
     let expected = CHUNK.repeat(chunks);
     let (mut first_chunks, mut overruns, mut keep) = (Vec::new(), Vec::new(), Vec::new());
     let mut end_waits = Vec::new();
-    let mut delivered = 0usize;
+    let (mut delivered, mut frames) = (0usize, 0usize);
     for (timed, ws) in tasks.await {
         if timed.text != expected {
             fail(&format!(
@@ -48,6 +48,7 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
             ));
         }
         delivered += timed.text.len() / CHUNK.len();
+        frames += timed.chunk_frames;
         first_chunks.push(timed.first_chunk);
         overruns.push(timed.total.saturating_sub(scripted));
         end_waits.push(timed.total - timed.last_chunk);
@@ -76,6 +77,11 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
     println!(
         "{peer},w2_load_generator_cpu_us_per_chunk,{:.2},us",
         own_cpu * 1e6 / delivered.max(1) as f64
+    );
+    // Above 1, the server fell behind its model and sent what had arrived together.
+    println!(
+        "{peer},w2_chunks_per_frame,{:.2},chunks",
+        delivered as f64 / frames.max(1) as f64
     );
     println!("{peer},w2_overrun_p50,{:.0},ms", percentile(&overruns, 0.5));
     println!(
