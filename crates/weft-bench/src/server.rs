@@ -14,6 +14,8 @@ pub struct ServerProcess {
     pub child: Child,
     pub pid: u32,
     pub addr: String,
+    /// Everything it said (its stderr, and its stdout after `listening on`).
+    pub log: PathBuf,
     pg: Option<TestDb>,
     _dir: tempfile::TempDir,
 }
@@ -63,7 +65,8 @@ async fn spawn(
         std::fs::canonicalize(bin).map_err(|e| format!("cannot find {}: {e}", bin.display()))?;
     // Its log goes to a file beside its database: read back when it fails to start.
     let log_path = dir.path().join("server.log");
-    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let mut log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let stderr = log.try_clone().map_err(|e| e.to_string())?;
     let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&config_path)
@@ -72,7 +75,7 @@ async fn spawn(
         .env("WEFT_WORKSPACE", &workspace)
         .env("RUST_LOG", "warn,weft_server=info")
         .current_dir(dir.path())
-        .stderr(log)
+        .stderr(stderr)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -112,10 +115,6 @@ async fn spawn(
     };
     // The rest of what it says goes to its log too, for a run that fails (`ws_load` leaves its
     // directory in place then).
-    let mut log = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         use std::io::Write;
         while let Ok(Some(line)) = lines.next_line().await {
@@ -126,6 +125,7 @@ async fn spawn(
         child,
         pid,
         addr,
+        log: log_path,
         pg: None,
         _dir: dir,
     })

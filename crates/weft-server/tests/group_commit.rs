@@ -84,7 +84,7 @@ async fn concurrent_turns_share_commits() {
     let one_per_round = TURNS * (ROUNDS + 1);
     eprintln!("{TURNS} turns: starts in {starts} commits, rounds and ends in {taken}");
     // The writer never waits to gather a batch: how many writes share a commit depends on how
-    // fast a commit is against how fast writes come (91 to 334 commits here, both databases).
+    // fast a commit is against how fast writes come (91 to 358 commits here, both databases).
     // What must hold is that queued writes share commits: far fewer than one per write.
     assert!(
         taken <= (one_per_round / 2) as u64,

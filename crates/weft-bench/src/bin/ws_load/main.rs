@@ -116,12 +116,17 @@ async fn connect(addr: &str) -> Ws {
 
 /// The servers this run started: `fail` exits without running their destructors, so it stops
 /// them itself rather than leave them running (and loading the next run).
-static SERVERS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// Their logs are left in place, and named.
+static SERVERS: std::sync::Mutex<Vec<(u32, PathBuf)>> = std::sync::Mutex::new(Vec::new());
 
 fn fail(message: &str) -> ! {
     eprintln!("ws_load: {message}");
-    eprintln!("ws_load: the server's log is left in its directory (server.log, under the system's temporary directory)");
-    for pid in SERVERS.lock().map(|pids| pids.clone()).unwrap_or_default() {
+    for (pid, log) in SERVERS
+        .lock()
+        .map(|servers| servers.clone())
+        .unwrap_or_default()
+    {
+        eprintln!("ws_load: the log of server {pid}: {}", log.display());
         if let Ok(pid) = i32::try_from(pid) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -309,8 +314,8 @@ async fn main() {
             .unwrap_or_else(|e| fail(&e)),
         )
     };
-    if let Ok(mut pids) = SERVERS.lock() {
-        pids.extend(target.servers().iter().map(|s| s.pid));
+    if let Ok(mut servers) = SERVERS.lock() {
+        servers.extend(target.servers().iter().map(|s| (s.pid, s.log.clone())));
     }
     let peer = match (args.replicas, args.bus) {
         (0 | 1, false) => format!("weft-ws-{}", args.db),
