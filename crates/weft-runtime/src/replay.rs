@@ -34,10 +34,13 @@ impl TextRun {
     }
 }
 
+/// One kept frame, or a run of chunks. Two words: a W1 turn keeps ~80 entries, and the
+/// queue's slots (rounded up to a power of two) are held for the whole turn, so the run is
+/// boxed rather than inlined in every slot (~110 bytes a slot).
 #[derive(Debug)]
 enum Entry {
     Frame(Arc<SharedFrame>),
-    Text(TextRun),
+    Text(Box<TextRun>),
 }
 
 impl Entry {
@@ -104,14 +107,14 @@ impl Replay {
             let same_place = matches!(self.entries.back(), Some(Entry::Text(run))
                 if run.depth == *depth && run.parent_id == *parent_id);
             if !same_place {
-                self.entries.push_back(Entry::Text(TextRun {
+                self.entries.push_back(Entry::Text(Box::new(TextRun {
                     parent_id: parent_id.clone(),
                     depth: *depth,
                     content: String::new(),
                     base: seq,
                     pieces: VecDeque::new(),
                     trimmed: 0,
-                }));
+                })));
             }
             if let Some(Entry::Text(run)) = self.entries.back_mut() {
                 run.content.push_str(content);
@@ -232,6 +235,14 @@ mod tests {
                 format!("{}:{}", v["seq"], v["content"].as_str().unwrap_or("*"))
             })
             .collect()
+    }
+
+    #[test]
+    fn an_entry_is_two_words() {
+        assert_eq!(
+            std::mem::size_of::<Entry>(),
+            2 * std::mem::size_of::<usize>()
+        );
     }
 
     #[test]

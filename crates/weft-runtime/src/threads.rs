@@ -304,9 +304,6 @@ impl ThreadRuntime {
         state.active.as_ref().and(state.active_message.clone())
     }
 
-    /// The turn ended. Its frames are kept (for `replay_retention_ms`) only if a client
-    /// left while it ran; everyone else has seen them, and a late resume is answered from
-    /// the store.
     /// Take up what another replica may have changed since this one last ran the thread:
     /// its mode and the tools allowed for the chat, as `row` has them.
     pub fn refresh(&self, row: &weft_store::ThreadRow) {
@@ -317,6 +314,9 @@ impl ThreadRuntime {
         }
     }
 
+    /// The turn ended. Its frames are kept (for `replay_retention_ms`) only if a client
+    /// left while it ran; everyone else has seen them, and a late resume is answered from
+    /// the store.
     pub fn end(&self) {
         let mut state = self.state.lock();
         state.active = None;
