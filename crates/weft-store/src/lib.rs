@@ -6,6 +6,7 @@ mod assets;
 mod audit;
 mod collections;
 mod common_terms;
+mod item_pairs;
 mod keys;
 mod leases;
 mod record;

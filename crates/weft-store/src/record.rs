@@ -1,6 +1,7 @@
 //! The conversation record as read back: a thread's root-level items in order, one turn's
 //! items at every depth, and the turns a crash left `running`.
 
+use crate::item_pairs::unpack;
 use crate::rows::{ItemRow, MessageRow};
 use crate::{Result, Store};
 
@@ -15,7 +16,10 @@ impl Store {
         .bind(thread_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(ItemRow::from_row).collect()
+        rows.iter()
+            .map(ItemRow::from_row)
+            .collect::<Result<Vec<_>>>()
+            .map(unpack)
     }
 
     /// Every item of a thread, every depth, turn by turn in record order.
@@ -28,7 +32,10 @@ impl Store {
         .bind(thread_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(ItemRow::from_row).collect()
+        rows.iter()
+            .map(ItemRow::from_row)
+            .collect::<Result<Vec<_>>>()
+            .map(unpack)
     }
 
     /// One turn's items at every depth, in the order they were recorded.
@@ -41,7 +48,10 @@ impl Store {
         .bind(message_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(ItemRow::from_row).collect()
+        rows.iter()
+            .map(ItemRow::from_row)
+            .collect::<Result<Vec<_>>>()
+            .map(unpack)
     }
 
     /// One message of a thread.

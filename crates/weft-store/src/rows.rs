@@ -104,7 +104,9 @@ pub struct ItemRow {
     pub message_id: String,
     /// Order within the turn.
     pub position: i64,
-    /// `assistant` (one response) or `tool_results` (a round's results, a JSON array).
+    /// `assistant` (one response) or `tool_results` (a round's results, a JSON array). A
+    /// row of the table may hold two items (see [`ItemRow::paired`]); the store's readers
+    /// give them back as two.
     pub kind: String,
     /// The `run_subtask` call a sub-level item belongs to; `None` at the root.
     pub parent_id: Option<String>,

@@ -41,7 +41,8 @@ pub enum WriteOp {
         thread_id: String,
         position: i64,
     },
-    /// Record items, inserted or replaced by id (a streaming draft becomes the final item).
+    /// Record items, inserted, or replacing the kind and body of the row at their id (a
+    /// streaming draft becomes the final item, or the pair of items that starts with it).
     Items(Vec<ItemRow>),
     /// A turn ends: its assistant message (inserted or replaced).
     FinishTurn {
@@ -955,7 +956,8 @@ const FINISHED_MESSAGES: InsertSql = InsertSql {
 pub(crate) const ITEMS: InsertSql = InsertSql {
     head: "INSERT INTO items (thread_id, message_id, position, kind, parent_id, depth, body, created_at)",
     columns: 8,
-    tail: " ON CONFLICT (message_id, position) DO UPDATE SET body = excluded.body",
+    // The kind too: a pair of items replaces the draft written at its first position.
+    tail: " ON CONFLICT (message_id, position) DO UPDATE SET kind = excluded.kind, body = excluded.body",
 };
 const LEASES: InsertSql = InsertSql {
     head: "INSERT INTO turn_leases (message_id, owner, expires_at)",

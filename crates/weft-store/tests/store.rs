@@ -597,3 +597,89 @@ async fn a_start_goes_ahead_of_the_queue_on_sqlite() {
     a_start_goes_ahead_of_the_queue(&db.store).await;
     db.drop_database().await.unwrap();
 }
+
+/// A round (a response and its results) written as one row replaces the response's draft
+/// and reads back as the two items it was made of; the table holds one row for it.
+async fn a_round_is_one_row(db: &TestDb) {
+    let store = &db.store;
+    store.put_api_key("k-rounds", "rounds").await.unwrap();
+    store
+        .write(WriteOp::BeginTurn {
+            thread: Some(new_thread("tr", "rounds")),
+            messages: vec![NewMessage {
+                id: "mr".into(),
+                thread_id: "tr".into(),
+                role: "assistant".into(),
+                content: json!(""),
+                execution_tree: None,
+                permission_mode: None,
+                status: "running".into(),
+                input_tokens: 0,
+                output_tokens: 0,
+                cost_usd: 0.0,
+                created_at: 1,
+                position: 1,
+                metadata: None,
+            }],
+        })
+        .await
+        .unwrap();
+    let item = |position: i64, kind: &str, body: &str| ItemRow {
+        thread_id: "tr".into(),
+        message_id: "mr".into(),
+        position,
+        kind: kind.into(),
+        parent_id: None,
+        depth: 0,
+        body: body.into(),
+        created_at: 2,
+    };
+    let draft = item(
+        0,
+        "assistant",
+        r#"{"kind":"assistant","text":"wor","partial":true}"#,
+    );
+    store.write(WriteOp::Items(vec![draft])).await.unwrap();
+    let response = item(
+        0,
+        "assistant",
+        r#"{"kind":"assistant","text":"working, [1]"}"#,
+    );
+    let results = item(
+        1,
+        "tool_results",
+        r#"[{"kind":"tool_result","result":"]"}]"#,
+    );
+    let after = item(2, "assistant", r#"{"kind":"assistant","text":"done"}"#);
+    let pair = ItemRow::paired(&response, &results).unwrap();
+    store
+        .write(WriteOp::Items(vec![pair, after.clone()]))
+        .await
+        .unwrap();
+    let expected = vec![response, results, after];
+    assert_eq!(store.turn_items("tr", "mr").await.unwrap(), expected);
+    assert_eq!(store.thread_items("tr").await.unwrap(), expected);
+    assert_eq!(store.root_items("tr").await.unwrap(), expected);
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE message_id = 'mr'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 2, "the round and the answer after it");
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn a_round_is_one_row_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    a_round_is_one_row(&db).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_round_is_one_row_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    a_round_is_one_row(&db).await;
+    db.drop_database().await.unwrap();
+}

@@ -340,8 +340,9 @@ impl Recorder for TurnLog {
         self.flush();
     }
 
-    /// A round's results go in one row (a JSON array), in the order the calls were emitted,
-    /// and out together with what was held.
+    /// A round's results go in one item (a JSON array), in the order the calls were emitted,
+    /// and out together with what was held: in one row with the response that asked for them
+    /// when that response is still held (the usual round), so a round is one row.
     fn results(&self, place: Place<'_>, results: &[RecordedResult]) {
         {
             let mut state = self.state.lock();
@@ -356,7 +357,14 @@ impl Recorder for TurnLog {
             state.next_position += 1;
             let position = state.next_position - 1;
             let row = results_row(self.place(position, place.parent_id, place.depth), &entries);
-            state.items.push(row);
+            let pair = state
+                .items
+                .last()
+                .and_then(|response| ItemRow::paired(response, &row));
+            match (pair, state.items.last_mut()) {
+                (Some(pair), Some(response)) => *response = pair,
+                _ => state.items.push(row),
+            }
         }
         self.flush();
     }
