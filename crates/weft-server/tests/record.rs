@@ -406,3 +406,39 @@ async fn streaming_text_reaches_the_database_while_it_streams() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_tool_round_is_stored_as_one_row() {
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["noting "], "tool_calls": [
+            {"name": "memory_write", "arguments": {"key": "a", "value": "1"}},
+            {"name": "memory_write", "arguments": {"key": "b", "value": "2"}}]},
+        {"text": "noted"}]}]}))
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "note two things", json!({})).await;
+    let frames = c.turn().await;
+    let thread = thread_of(&frames);
+    let message_id = of_type(&frames, "message")[0]["message"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let items = server
+        .store()
+        .turn_items(&thread, &message_id)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = items
+        .iter()
+        .map(|i| (i.position, i.kind.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(0, "assistant"), (1, "tool_results"), (2, "assistant")]
+    );
+    let rows = weft_store::testing::item_rows(server.store(), &message_id)
+        .await
+        .unwrap();
+    assert_eq!(rows, 2, "the round (response and results) and the answer");
+    server.stop().await;
+}

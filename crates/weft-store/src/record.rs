@@ -1,9 +1,19 @@
 //! The conversation record as read back: a thread's root-level items in order, one turn's
 //! items at every depth, and the turns a crash left `running`.
 
+use sqlx::any::AnyRow;
+
 use crate::item_pairs::unpack;
 use crate::rows::{ItemRow, MessageRow};
 use crate::{Result, Store};
+
+/// The items stored `rows` hold (a pair's row gives back its two).
+fn items(rows: &[AnyRow]) -> Result<Vec<ItemRow>> {
+    rows.iter()
+        .map(ItemRow::from_row)
+        .collect::<Result<Vec<_>>>()
+        .map(unpack)
+}
 
 impl Store {
     /// A thread's root-level items (depth 0), in conversation order.
@@ -16,10 +26,7 @@ impl Store {
         .bind(thread_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(ItemRow::from_row)
-            .collect::<Result<Vec<_>>>()
-            .map(unpack)
+        items(&rows)
     }
 
     /// Every item of a thread, every depth, turn by turn in record order.
@@ -32,10 +39,7 @@ impl Store {
         .bind(thread_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(ItemRow::from_row)
-            .collect::<Result<Vec<_>>>()
-            .map(unpack)
+        items(&rows)
     }
 
     /// One turn's items at every depth, in the order they were recorded.
@@ -48,10 +52,7 @@ impl Store {
         .bind(message_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(ItemRow::from_row)
-            .collect::<Result<Vec<_>>>()
-            .map(unpack)
+        items(&rows)
     }
 
     /// One message of a thread.

@@ -115,3 +115,13 @@ impl TestDb {
         Ok(())
     }
 }
+
+/// Rows of the `items` table a turn's record takes (a pair of items is one row).
+pub async fn item_rows(store: &Store, message_id: &str) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE message_id = $1")
+            .bind(message_id)
+            .fetch_one(&store.pool)
+            .await?,
+    )
+}

@@ -357,13 +357,12 @@ impl Recorder for TurnLog {
             state.next_position += 1;
             let position = state.next_position - 1;
             let row = results_row(self.place(position, place.parent_id, place.depth), &entries);
-            let pair = state
+            let paired = state
                 .items
-                .last()
-                .and_then(|response| ItemRow::paired(response, &row));
-            match (pair, state.items.last_mut()) {
-                (Some(pair), Some(response)) => *response = pair,
-                _ => state.items.push(row),
+                .last_mut()
+                .and_then(|response| ItemRow::paired(response, &row).map(|pair| *response = pair));
+            if paired.is_none() {
+                state.items.push(row);
             }
         }
         self.flush();
