@@ -124,8 +124,11 @@ impl Browser {
         self.click("#send").await;
     }
 
-    /// Click the element `css` finds (found again if the page replaced it meanwhile).
+    /// Click the element `css` finds, once the page shows it (a list the page fetches after
+    /// it connects comes a moment later), found again if the page replaced it meanwhile.
     pub async fn click(&self, css: &str) {
+        self.wait(&format!("document.querySelector({}) !== null", json!(css)))
+            .await;
         for attempt in 0.. {
             let element = self.client.find(Locator::Css(css)).await.unwrap();
             match element.click().await {
