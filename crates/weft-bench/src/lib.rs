@@ -42,6 +42,17 @@ pub fn cpu_seconds_of(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) as f64 / per_second
 }
 
+/// Bytes process `pid` has caused to be written to storage (`write_bytes` of
+/// `/proc/<pid>/io`: files, not sockets; counted as pages are dirtied in the page cache).
+pub fn disk_write_bytes_of(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The median of a non-empty list (the lower middle for an even count).
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));

@@ -84,8 +84,9 @@ impl ClusterConfig {
             .map(|h| h.trim().to_owned())
             .filter(|h| weft_protocol::is_identifier(h))
             .unwrap_or_else(|| "weft".to_owned());
-        let random = weft_store::new_id();
-        format!("{host}-{}-{}", std::process::id(), &random[..8])
+        let id = weft_store::new_id();
+        // An id's first characters are its time; its last are random.
+        format!("{host}-{}-{}", std::process::id(), &id[id.len() - 8..])
     }
 }
 

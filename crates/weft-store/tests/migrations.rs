@@ -103,3 +103,56 @@ async fn sqlite_record_rows_survive_the_rebuild_without_foreign_keys() {
     assert!(store.model_calls("t1").await.unwrap().is_empty());
     store.close().await;
 }
+
+/// The page size of a SQLite file, read on a connection of its own.
+async fn page_size(url: &str) -> i64 {
+    let pool = SqlitePoolOptions::new().connect(url).await.unwrap();
+    let size = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    size
+}
+
+/// A new SQLite database is made with the store's page size (8 KB, three tool rounds a page);
+/// a file made before with SQLite's default 4 KB keeps its pages, opens, migrates and is
+/// written as before.
+#[tokio::test]
+async fn sqlite_page_size_is_chosen_for_new_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = format!("sqlite://{}/fresh.db", dir.path().display());
+    let store = Store::connect(&fresh).await.unwrap();
+    store.migrate().await.unwrap();
+    store.close().await;
+    assert_eq!(
+        page_size(&fresh).await,
+        i64::from(weft_store::SQLITE_PAGE_SIZE)
+    );
+    assert_ne!(weft_store::SQLITE_PAGE_SIZE, 4096);
+
+    let older = format!("sqlite://{}/older.db", dir.path().display());
+    let options = SqliteConnectOptions::from_str(&older)
+        .unwrap()
+        .create_if_missing(true)
+        .page_size(4096);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE made_before (id INTEGER)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let store = Store::connect(&older).await.unwrap();
+    store.migrate().await.unwrap();
+    store
+        .create_thread("t1", "alice", "default", "")
+        .await
+        .unwrap();
+    assert!(store.thread("t1").await.unwrap().is_some());
+    store.close().await;
+    assert_eq!(page_size(&older).await, 4096);
+}

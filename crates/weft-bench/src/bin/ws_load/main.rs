@@ -237,6 +237,15 @@ impl Target {
             .sum()
     }
 
+    /// Bytes the servers have written to files (SQLite's database and WAL; PostgreSQL's
+    /// writes are its own processes').
+    fn disk_write_bytes(&self) -> u64 {
+        self.servers()
+            .iter()
+            .map(|s| weft_bench::disk_write_bytes_of(&s.pid.to_string()))
+            .sum()
+    }
+
     /// Summed over the servers: (peak RSS, current RSS), KiB.
     fn rss(&self) -> (u64, u64) {
         self.servers()
@@ -405,6 +414,7 @@ async fn concurrent(target: &Target, peer: &str, n: usize) {
     let (_, rss_before) = target.rss();
     let sockets = connect_all(target, n).await;
     let server_cpu_before = target.cpu_seconds();
+    let disk_before = target.disk_write_bytes();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
     let tasks = together(sockets);
@@ -421,6 +431,7 @@ async fn concurrent(target: &Target, peer: &str, n: usize) {
     }
     let wall = started.elapsed().as_secs_f64();
     let server_cpu = target.cpu_seconds() - server_cpu_before;
+    let disk = target.disk_write_bytes().saturating_sub(disk_before);
     let own_cpu = weft_bench::cpu_seconds_of("self") - own_cpu_before;
     let (peak, _) = target.rss();
     first_frames.sort();
@@ -443,6 +454,10 @@ async fn concurrent(target: &Target, peer: &str, n: usize) {
     println!(
         "{peer},conc{n}_server_cpu_per_turn,{:.0},us",
         server_cpu * 1e6 / n as f64
+    );
+    println!(
+        "{peer},conc{n}_server_disk_write_per_turn,{:.1},KB",
+        disk as f64 / 1024.0 / n as f64
     );
     println!(
         "{peer},conc{n}_load_generator_cpu_per_turn,{:.0},us",
