@@ -5,7 +5,7 @@ mod support;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::{hinted, kinds, of_type, text_of, thread_of, TestServer};
+use support::{answer_id, hinted, kinds, of_type, text_of, thread_of, TestServer};
 
 #[tokio::test]
 async fn a_trivial_answer_streams_and_is_persisted() {
@@ -324,13 +324,6 @@ fn last_history(server: &TestServer) -> Vec<(String, String)> {
         .map(|m| (format!("{:?}", m.role).to_lowercase(), m.content.text()))
         .filter(|(role, text)| role != "tool" && !text.is_empty())
         .collect()
-}
-
-fn answer_id(frames: &[serde_json::Value]) -> String {
-    of_type(frames, "message")[0]["message"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use support::{
-    hint, hinted, in_order, of_type, openai_chunk, openai_sse, openai_text, text_of, thread_of,
-    TestServer,
+    answer_id, hint, hinted, in_order, of_type, openai_chunk, openai_sse, openai_text, text_of,
+    thread_of, TestServer,
 };
 use weft_server::config::ApiKeyEntry;
 use wiremock::{MockServer, ResponseTemplate};
@@ -180,10 +180,7 @@ async fn the_trace_nests_parallel_subtasks_with_full_results_and_is_owner_only()
     c.chat(None, "compare A and B", json!({})).await;
     let frames = c.turn().await;
     let thread = thread_of(&frames);
-    let message_id = of_type(&frames, "message")[0]["message"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message_id = answer_id(&frames);
 
     let (status, body) = server
         .get(
@@ -419,10 +416,7 @@ async fn a_tool_round_is_stored_as_one_row() {
     c.chat(None, "note two things", json!({})).await;
     let frames = c.turn().await;
     let thread = thread_of(&frames);
-    let message_id = of_type(&frames, "message")[0]["message"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message_id = answer_id(&frames);
     let items = server
         .store()
         .turn_items(&thread, &message_id)

@@ -660,13 +660,11 @@ async fn a_round_is_one_row(db: &TestDb) {
     assert_eq!(store.turn_items("tr", "mr").await.unwrap(), expected);
     assert_eq!(store.thread_items("tr").await.unwrap(), expected);
     assert_eq!(store.root_items("tr").await.unwrap(), expected);
-    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE message_id = 'mr'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, 2, "the round and the answer after it");
-    pool.close().await;
+    assert_eq!(
+        weft_store::testing::item_rows(store, "mr").await.unwrap(),
+        2,
+        "the round and the answer after it"
+    );
 }
 
 #[tokio::test]

@@ -432,6 +432,14 @@ pub fn thread_of(frames: &[Value]) -> String {
         .to_owned()
 }
 
+/// The id of the assistant message a turn's `message` frame carries.
+pub fn answer_id(frames: &[Value]) -> String {
+    of_type(frames, "message")[0]["message"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// A compact line per frame for sequence assertions.
 pub fn kinds(frames: &[Value]) -> Vec<String> {
     frames
