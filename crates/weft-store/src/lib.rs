@@ -1,6 +1,7 @@
 //! Weft's persistence: one [`Store`] API over PostgreSQL (production) and SQLite (the
 //! embedded default), through sqlx's `Any` driver so one set of queries serves both.
 
+mod acks;
 mod agents;
 mod assets;
 mod audit;
@@ -199,6 +200,11 @@ impl Store {
     /// someone come to wait for it.
     pub fn submit_movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
         self.writer.submit_movable(op, done)
+    }
+
+    /// See [`Writer::deliver_acks`](writer::Writer::deliver_acks).
+    pub fn deliver_acks(&self) {
+        self.writer.deliver_acks();
     }
 
     /// See [`Writer::batch_started`](writer::Writer::batch_started).
