@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 
 use tokio::sync::{oneshot, Notify};
@@ -63,8 +63,11 @@ impl Acks {
     /// looks again once it lets go). Costs one atomic load when nothing is queued.
     pub(crate) fn deliver(&self) {
         while self.pending.load(Ordering::Acquire) {
-            let Ok(_one) = self.delivering.try_lock() else {
-                return;
+            // A callback that panicked leaves the lock poisoned; the rest are still owed.
+            let _one = match self.delivering.try_lock() {
+                Ok(one) => one,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
             };
             while let Some(ack) = self.pop() {
                 self.run(ack);
@@ -159,6 +162,22 @@ mod tests {
         acks.push(batch(&log, &[7]));
         acks.deliver();
         assert_eq!(*lock(&log), vec![7]);
+    }
+
+    #[test]
+    fn a_callback_that_panics_does_not_stop_later_batches() {
+        let acks = Arc::new(Acks::default());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let boom: Done = Box::new(|_| panic!("a callback failed"));
+        acks.push(Ack::Batch {
+            started: Instant::now(),
+            dones: vec![(boom, Ok(()))],
+        });
+        let first = acks.clone();
+        assert!(std::thread::spawn(move || first.deliver()).join().is_err());
+        acks.push(batch(&log, &[1]));
+        acks.deliver();
+        assert_eq!(*lock(&log), vec![1]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
