@@ -657,20 +657,10 @@ async fn run_tool(
     }
 }
 
-/// Every call waits until the turn's start is on record, and a call that may change
-/// something until the response that asked for it is, so a restart knows it may have run
-/// and never runs it again. `Ok(true)`: it may
+/// A call that may change something waits until the response that asked for it is on
+/// record, so a restart knows it may have run and never runs it again. `Ok(true)`: it may
 /// change something and may run now; `Ok(false)`: it only reads or is idempotent.
 async fn keep_before_effect(turn: &Turn, tool: &dyn crate::tool::Tool) -> Result<bool, Settled> {
-    if let Some(started) = turn.recorder.started() {
-        tokio::select! {
-            biased;
-            () = turn.cancel.cancelled() => return Err(Settled::error(prompts::CANCELLED_RESULT.to_owned())),
-            kept = started => kept.map_err(|e| {
-                Settled::error(format!("error: not run, the turn's start could not be recorded: {e}"))
-            })?,
-        }
-    }
     if tool.category() == ToolCategory::Read || tool.idempotent() {
         return Ok(false);
     }

@@ -64,14 +64,6 @@ pub trait Recorder: Send + Sync {
     fn approval_requested(&self, _request: &ApprovalRequest<'_>) -> Stored {
         Box::pin(std::future::ready(Ok(())))
     }
-    /// A call is about to run: `None` when the turn's start (its user message) is on record,
-    /// else a future that resolves once it is. No call runs before, so nothing a turn does
-    /// reaches the world for a message a crash could still erase; the model call before the
-    /// first round does not wait (a provider takes longer to answer than a commit takes).
-    /// An error means the start could not be kept: the call does not run.
-    fn started(&self) -> Option<Stored> {
-        None
-    }
     /// A call that may change something (not a read, not idempotent) is about to run: the
     /// response that asked for it is on record once the returned future resolves, so a
     /// restart never runs it twice. An error means it could not be kept: the call does not

@@ -1,7 +1,6 @@
 //! Weft's persistence: one [`Store`] API over PostgreSQL (production) and SQLite (the
 //! embedded default), through sqlx's `Any` driver so one set of queries serves both.
 
-mod acks;
 mod agents;
 mod assets;
 mod audit;
@@ -200,11 +199,6 @@ impl Store {
     /// someone come to wait for it.
     pub fn submit_movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
         self.writer.submit_movable(op, done)
-    }
-
-    /// See [`Writer::deliver_acks`](writer::Writer::deliver_acks).
-    pub fn deliver_acks(&self) {
-        self.writer.deliver_acks();
     }
 
     /// See [`Writer::batch_started`](writer::Writer::batch_started).

@@ -1,7 +1,7 @@
 //! The one writer (group commit): every hot-path write is a [`WriteOp`] handed to a task
 //! that takes everything queued, writes it in one transaction with multi-row statements,
-//! commits once, and hands the batch's acknowledgements on ([`crate::acks`]: the runtime's
-//! threads tell each submitter, in commit order, while the next batch is written). A turn's start, and a write
+//! commits once, and hands the batch's acknowledgements to a second task, which tells each
+//! submitter in commit order while the next batch is written. A turn's start, and a write
 //! someone waits for, go ahead of what is queued (the progress of turns under way, which
 //! nobody waits for); a queued write can still be moved ahead when someone starts waiting
 //! for it ([`Queued::hurry`]). A failed batch is retried op by op, so one bad op fails only
@@ -18,7 +18,6 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, AnyPool};
 use tokio::sync::{mpsc, oneshot, OwnedRwLockWriteGuard, RwLock};
 
-use crate::acks::{Ack, Acks};
 use crate::leases::{fence_sql, LeaseRow};
 use crate::rows::{ApprovalRow, ItemRow, ModelCallRow, NewMessage, ThreadRow};
 use crate::{now_ms, Backend, Result, StoreError};
@@ -247,10 +246,18 @@ struct Shared {
     /// Held (write side) to keep the writer from committing; the writer takes the read side
     /// around each commit.
     hold: Arc<RwLock<()>>,
-    /// Committed batches' acknowledgements on their way to the submitters; each batch's
-    /// start is before any of its rows (and any time a row computes, such as a lease's
-    /// expiry) was written.
-    acks: Arc<Acks>,
+    /// When the batch being acknowledged started: before any of its rows (and any time a
+    /// row computes, such as a lease's expiry) was written. Set by the acknowledger.
+    batch_started: std::sync::Mutex<Option<Instant>>,
+}
+
+/// One committed batch's acknowledgements, or the writer closing.
+enum Acks {
+    Batch {
+        started: Instant,
+        dones: Vec<(Done, std::result::Result<(), WriteError>)>,
+    },
+    Close(oneshot::Sender<()>),
 }
 
 /// While this lives the writer commits nothing; ops queue up (for tests and maintenance).
@@ -270,24 +277,18 @@ impl Writer {
     /// callback, an instant before anything of that callback's batch was written (now,
     /// before any batch).
     pub fn batch_started(&self) -> Instant {
-        self.shared
-            .acks
-            .batch_started()
-            .unwrap_or_else(Instant::now)
-    }
-
-    /// Tell the submitters of batches committed meanwhile, unless another thread is at it:
-    /// for the runtime's busy tasks to call, so that no commit waits to be acknowledged
-    /// behind every task ready to run.
-    pub fn deliver_acks(&self) {
-        self.shared.acks.deliver();
+        let started = *self
+            .shared
+            .batch_started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        started.unwrap_or_else(Instant::now)
     }
 
     /// Start the writer over its own connection to `url` (one writer per database), made by
     /// `options`. It runs on a thread and runtime of its own: a server under load has
     /// thousands of tasks ready to run, and a writer among them would wait behind them at
-    /// every round trip of every commit. Its acknowledgements run on the caller's runtime
-    /// (see [`Writer::deliver_acks`]).
+    /// every round trip of every commit. Its acknowledgements run on the caller's runtime.
     pub async fn start(options: AnyPoolOptions, url: &str, backend: Backend) -> Result<Writer> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (first, first_rx) = mpsc::unbounded_channel();
@@ -296,8 +297,8 @@ impl Writer {
             first: first_rx,
             rest: rx,
         };
-        let acks = shared.acks.clone();
-        tokio::spawn(acks.clone().serve());
+        let (acks, acks_rx) = mpsc::unbounded_channel();
+        tokio::spawn(acknowledge(acks_rx, shared.clone()));
         let (ready, connected) = oneshot::channel();
         let url = url.to_owned();
         let writing = shared.clone();
@@ -309,21 +310,15 @@ impl Writer {
                     .build()
                 {
                     Ok(runtime) => runtime,
-                    Err(e) => {
-                        writing.acks.stop();
-                        return drop(ready.send(Err(StoreError::Io(e))));
-                    }
+                    Err(e) => return drop(ready.send(Err(StoreError::Io(e)))),
                 };
                 runtime.block_on(async move {
                     match options.connect(&url).await {
                         Ok(pool) => {
                             let _ = ready.send(Ok(()));
-                            run(pool, backend, queues, writing).await;
+                            run(pool, backend, queues, writing, acks).await;
                         }
-                        Err(e) => {
-                            writing.acks.stop();
-                            drop(ready.send(Err(e.into())));
-                        }
+                        Err(e) => drop(ready.send(Err(e.into()))),
                     }
                 });
             })?;
@@ -437,16 +432,21 @@ impl Queues {
 }
 
 /// The writer's loop. Acknowledging a batch (a turn's start releases its held frames) is
-/// the runtime's ([`Acks`]): it overlaps writing the next batch instead of delaying it.
-async fn run(pool: AnyPool, backend: Backend, mut queues: Queues, shared: Arc<Shared>) {
-    let acks = &shared.acks;
+/// `acks`' task's: it overlaps writing the next batch instead of delaying it.
+async fn run(
+    pool: AnyPool,
+    backend: Backend,
+    mut queues: Queues,
+    shared: Arc<Shared>,
+    acks: mpsc::UnboundedSender<Acks>,
+) {
     let mut jobs = Vec::with_capacity(64);
     while let Some(came) = queues.next().await {
         // While held (tests, maintenance) the writer waits here; what comes meanwhile joins
         // this batch in its place.
         let held = shared.hold.read().await;
         queues.drain(came, &mut jobs);
-        let closing = write_jobs(&pool, backend, &mut jobs, &shared).await;
+        let closing = write_jobs(&pool, backend, &mut jobs, &shared, &acks).await;
         drop(held);
         if let Some(ack) = closing {
             // A write moved ahead while this batch was being taken is written too; one moved
@@ -455,14 +455,13 @@ async fn run(pool: AnyPool, backend: Backend, mut queues: Queues, shared: Arc<Sh
             while let Ok(job) = queues.first.try_recv() {
                 jobs.push(job);
             }
-            write_jobs(&pool, backend, &mut jobs, &shared).await;
+            write_jobs(&pool, backend, &mut jobs, &shared, &acks).await;
             pool.close().await;
             // Acknowledged once every batch before it is.
-            acks.push(Ack::Close(ack));
+            let _ = acks.send(Acks::Close(ack));
             break;
         }
     }
-    acks.stop();
 }
 
 /// Write `jobs` (taken out) in one batch and hand its acknowledgements on; the `close` among
@@ -472,6 +471,7 @@ async fn write_jobs(
     backend: Backend,
     jobs: &mut Vec<Job>,
     shared: &Shared,
+    acks: &mpsc::UnboundedSender<Acks>,
 ) -> Option<oneshot::Sender<()>> {
     let mut batch = Vec::with_capacity(jobs.len());
     let mut closing = None;
@@ -490,9 +490,29 @@ async fn write_jobs(
         let started = Instant::now();
         let dones = commit_batch(pool, backend, batch, shared.observer.get()).await;
         shared.queued.fetch_sub(ops, Ordering::Relaxed);
-        shared.acks.push(Ack::Batch { started, dones });
+        let _ = acks.send(Acks::Batch { started, dones });
     }
     closing
+}
+
+/// Tell each batch's submitters, batch after batch in commit order.
+async fn acknowledge(mut acks: mpsc::UnboundedReceiver<Acks>, shared: Arc<Shared>) {
+    while let Some(job) = acks.recv().await {
+        match job {
+            Acks::Batch { started, dones } => {
+                *shared
+                    .batch_started
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started);
+                for (done, result) in dones {
+                    done(result);
+                }
+            }
+            Acks::Close(ack) => {
+                let _ = ack.send(());
+            }
+        }
+    }
 }
 
 /// Write `batch`; what each submitter is to be told.

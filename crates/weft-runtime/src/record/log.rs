@@ -1,7 +1,6 @@
 //! `TurnLog`: a turn's conversation record on its way to the database, not awaited (the
 //! loop goes on while commits are in flight) except before a person is asked to approve,
-//! before any call runs (until the turn's start is on record), before a call that may change
-//! something runs, and before that call's result is shown. A
+//! before a call that may change something runs, and before that call's result is shown. A
 //! response is held until its round's results come, so a round is one write; a turn has at
 //! most one write in flight, and rounds that complete meanwhile go out together when it lands
 //! (a round per commit when the database keeps up, bigger writes when it does not). Anything
@@ -45,8 +44,6 @@ pub struct TurnLog {
     state: Mutex<LogState>,
     /// Told each time a write of this turn lands.
     landed: tokio::sync::Notify,
-    /// Whether the turn's start is on record: its calls wait for it.
-    start_kept: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -100,13 +97,7 @@ impl TurnLog {
             failure: Arc::default(),
             state: Mutex::default(),
             landed: tokio::sync::Notify::new(),
-            start_kept: tokio::sync::watch::Sender::new(false),
         })
-    }
-
-    /// The turn's start is on record (a resumed turn's always was): its calls may run.
-    pub fn start_kept(&self) {
-        self.start_kept.send_replace(true);
     }
 
     /// A resumed turn's log: its items go on from `next_position`, its provider calls from
@@ -284,21 +275,6 @@ impl TurnLog {
 }
 
 impl Recorder for TurnLog {
-    /// Calls wait for the turn's start (held frames go out with `turn_started` meanwhile); a
-    /// start that is not saved stops the turn, which settles them.
-    fn started(&self) -> Option<Stored> {
-        if *self.start_kept.borrow() {
-            return None;
-        }
-        let mut kept = self.start_kept.subscribe();
-        Some(Box::pin(async move {
-            kept.wait_for(|kept| *kept)
-                .await
-                .map(|_| ())
-                .map_err(|_| "the turn has ended".to_owned())
-        }))
-    }
-
     fn text(&self, place: Place<'_>, delta: &str) {
         if place.depth > 0 {
             return;

@@ -149,7 +149,6 @@ impl Runtime {
             EventSink::callback(Box::new(move |event| forward(&runtime, &thread, event)))
         };
         if let Some(resumed) = &resumed {
-            log.start_kept();
             log.continue_from(resumed.point.next_position, resumed.point.model_calls);
             // The calls of its earlier lives stay in the turn's tree.
             events.seed(&resumed.point.earlier_calls);
@@ -402,7 +401,6 @@ impl TurnTask {
         let cancel = self.cancel.clone();
         let refused = self.refused.clone();
         let bus = self.runtime.bus.clone();
-        let log = self.log.clone();
         let (lease, store) = (self.lease.clone(), self.runtime.store.clone());
         let started = ServerEvent::TurnStarted {
             message_id: self.message_id.clone(),
@@ -412,7 +410,6 @@ impl TurnTask {
         Box::new(move |committed| match committed {
             Ok(()) => {
                 lease.written(store.batch_started());
-                log.start_kept();
                 thread.release_frames(Some(started), seq_floor);
                 if let Some(bus) = bus {
                     bus.announce_turn(&thread.id);
@@ -570,11 +567,8 @@ fn answered_outcome(spec: &TurnSpec) -> TurnOutcome {
 }
 
 /// An event of the turn out to its subscribers. Approvals are indexed so an answer finds its
-/// thread (the record itself keeps them through the turn's recorder). Turns publishing are
-/// what keeps a loaded server's workers busy, so they also hand on the writer's
-/// acknowledgements committed meanwhile (other turns' starts among them).
+/// thread (the record itself keeps them through the turn's recorder).
 fn forward(runtime: &Runtime, thread: &ThreadRuntime, event: ServerEvent) {
-    runtime.store.deliver_acks();
     match &event {
         ServerEvent::ToolApprovalRequest { tool_call_id, .. } => {
             runtime.hub.note_approval(tool_call_id, &thread.id);
