@@ -154,6 +154,7 @@ impl Run {
             context_window: 128_000,
             artifacts: None,
             resume: None,
+            pace: None,
         }
     }
 

@@ -14,6 +14,7 @@ pub mod hosted;
 pub mod memory;
 pub mod message;
 pub mod modes;
+pub mod pace;
 pub mod prompts;
 pub mod provider;
 pub mod record;
@@ -56,6 +57,7 @@ pub use hosted::{HostedTurn, OpenCall};
 pub use memory::AgentMemory;
 pub use message::{ChatMessage, Role, ToolCallRequest};
 pub use modes::{ClassicMode, ExecutionMode, ModeRegistry, UnknownMode};
+pub use pace::Pace;
 pub use provider::{
     Capabilities, FinishReason, Provider, ProviderError, ProviderEvent, ProviderRequest,
     ProviderStream, ToolSpec, Usage,

@@ -14,6 +14,7 @@ use crate::compact::{self, Unfit};
 use crate::dispatch::{dispatch, maybe_ran, runs_again, CallResult, Effect};
 use crate::level::Level;
 use crate::message::ChatMessage;
+use crate::pace;
 use crate::prompts;
 use crate::record::{identify, job_parent, Call};
 use crate::repetition::RepetitionGuard;
@@ -159,9 +160,7 @@ async fn drive(
     let mut iterations = 0u32;
     loop {
         if iterations > 0 {
-            // A provider and tools that never wait (cached answers, in-process tools) would
-            // otherwise run a whole turn in one poll, starving every other task on the worker.
-            tokio::task::yield_now().await;
+            pace::between_rounds(turn.pace.as_deref()).await;
         }
         if turn.is_stopped() {
             return LevelEnd::Stopped;

@@ -14,6 +14,7 @@ use crate::events::EventSink;
 use crate::gate::PermissionGate;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
+use crate::pace::Pace;
 use crate::provider::Provider;
 use crate::record::{ModelCallRecord, Recorder};
 use crate::resume::Resume;
@@ -50,6 +51,8 @@ pub struct TurnSpec {
     pub artifacts: Option<Arc<dyn Artifacts>>,
     /// Where a turn taken up again after its process died starts from; `None`: a new turn.
     pub resume: Option<Resume>,
+    /// What the turn waits for between rounds; `None`: it only yields.
+    pub pace: Option<Arc<dyn Pace>>,
 }
 
 impl TurnSpec {
@@ -81,6 +84,7 @@ impl TurnSpec {
             context_window: 128_000,
             artifacts: None,
             resume: None,
+            pace: None,
         }
     }
 
@@ -148,6 +152,12 @@ impl TurnSpec {
 
     pub fn artifacts(mut self, artifacts: Option<Arc<dyn Artifacts>>) -> TurnSpec {
         self.artifacts = artifacts;
+        self
+    }
+
+    /// Hold the turn back between rounds as `pace` says.
+    pub fn pace(mut self, pace: Option<Arc<dyn Pace>>) -> TurnSpec {
+        self.pace = pace;
         self
     }
 

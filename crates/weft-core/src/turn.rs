@@ -23,6 +23,7 @@ use crate::level::Level;
 use crate::llm::Llm;
 use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
+use crate::pace::Pace;
 use crate::record::{Call, ModelCallRecord, Recorder};
 use crate::resume::{ChildResume, Resume};
 use crate::scope::TurnScope;
@@ -79,6 +80,8 @@ pub(crate) struct Turn {
     pub workspace_root: Option<Arc<Path>>,
     pub recorder: Arc<dyn Recorder>,
     pub artifacts: Option<Arc<dyn Artifacts>>,
+    /// What the turn waits for between rounds.
+    pub pace: Option<Arc<dyn Pace>>,
     pub context: ContextBudget,
     /// Calls that recurse go back up through it.
     pub recursion: &'static dyn Recursion,
@@ -116,6 +119,7 @@ impl Turn {
             workspace_root: spec.workspace_root.clone(),
             recorder: spec.recorder.clone(),
             artifacts: spec.artifacts.clone(),
+            pace: spec.pace.clone(),
             context: ContextBudget::new(&spec.config, &spec.model, spec.context_window),
             cancel: spec.cancel.child_token(),
             end: OnceLock::new(),

@@ -580,3 +580,37 @@ async fn text_paced_by_the_model_goes_out_as_it_comes() {
     assert_eq!(chunks.concat(), "one two three");
     assert_eq!(outcome.text, "one two three");
 }
+
+/// A pace that holds each round back for a while and counts how often it was asked.
+struct SlowPace {
+    asked: std::sync::atomic::AtomicUsize,
+    hold: Duration,
+}
+
+impl weft_core::Pace for SlowPace {
+    fn between_rounds(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(Box::pin(tokio::time::sleep(self.hold)))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pace_is_asked_between_rounds_and_holds_the_next_one_back() {
+    let pace = std::sync::Arc::new(SlowPace {
+        asked: Default::default(),
+        hold: Duration::from_secs(5),
+    });
+    let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("c1", "echo", json!({"x": 1}))]),
+        calls(&[("c2", "echo", json!({"x": 2}))]),
+        {"text": "done"}
+    ]}]}))
+    .tool(TestTool::new("echo"));
+    h.pace = Some(pace.clone());
+    let began = tokio::time::Instant::now();
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    // Three rounds: asked before the second and the third, never before the first.
+    assert_eq!(pace.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(began.elapsed() >= Duration::from_secs(10));
+}

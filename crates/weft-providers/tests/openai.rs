@@ -440,6 +440,7 @@ async fn malformed_tool_arguments_become_an_error_result_in_a_real_turn() {
         context_window: 128_000,
         artifacts: None,
         resume: None,
+        pace: None,
     };
     let outcome = weft_core::run_classic_turn(spec).await;
     assert_eq!(outcome.end, weft_core::TurnEnd::Completed);

@@ -139,6 +139,9 @@ pub struct ServerConfig {
     /// The largest REST request body (a document's text, a graph, an agent); past it 413
     /// `too_large`.
     pub max_request_bytes: usize,
+    /// The longest a running turn's next round waits for the turns that began starting
+    /// before it (so a burst's first frames go out sooner); 0: rounds never wait.
+    pub start_priority_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -159,6 +162,7 @@ impl Default for ServerConfig {
             max_unauthenticated_per_address: 128,
             max_sockets_per_user: 64,
             max_request_bytes: 16 << 20,
+            start_priority_ms: 100,
         }
     }
 }

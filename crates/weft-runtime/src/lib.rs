@@ -23,6 +23,7 @@ pub mod recovery;
 mod remote;
 pub mod replay;
 pub mod runtime;
+pub mod starts;
 pub mod threads;
 mod tool_names;
 pub mod turn;

@@ -7,6 +7,7 @@ use crate::leases::Recovery;
 use crate::recovery::{recover_orphaned_turns, spawn_heartbeat, Resumer, Sweep};
 use std::path::Path;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -30,6 +31,7 @@ use crate::knowledge::Knowledge;
 use crate::limits::UserLimits;
 use crate::metrics::Metrics;
 use crate::read_artifact::ReadArtifact;
+use crate::starts::Starts;
 use crate::threads::ThreadHub;
 use crate::workflows::StoreLibrary;
 use weft_providers::{MediaGenerators, Providers};
@@ -67,6 +69,8 @@ pub struct Runtime {
     pub bus: Option<Arc<Bus>>,
     /// Every running turn, so shutdown can wait for them.
     pub turns: TaskTracker,
+    /// Turn starts in flight, which running turns let go first between rounds.
+    pub starts: Arc<Starts>,
     /// Cancelled when the server starts shutting down.
     pub shutdown: CancellationToken,
     /// The canonical workspace root (created at start-up).
@@ -186,6 +190,9 @@ impl Runtime {
             leases,
             bus,
             turns: TaskTracker::new(),
+            starts: Arc::new(Starts::new(Duration::from_millis(
+                config.server.start_priority_ms,
+            ))),
             shutdown: CancellationToken::new(),
             workspace_root: Some(workspace),
             subscribers: SubscriberIds::default(),

@@ -116,6 +116,7 @@ fn spec(code: bool, toolbelt: &Toolbelt, mode: &dyn ExecutionMode) -> TurnSpec {
         context_window: 128_000,
         artifacts: None,
         resume: None,
+        pace: None,
     }
 }
 

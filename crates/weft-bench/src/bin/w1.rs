@@ -216,6 +216,7 @@ impl Bench {
             context_window: 128_000,
             artifacts: None,
             resume: None,
+            pace: None,
         }
     }
 

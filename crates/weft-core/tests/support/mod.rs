@@ -59,6 +59,8 @@ pub struct Harness {
     pub resume: Option<weft_core::Resume>,
     /// History after the user's message (a resumed turn's rounds so far).
     pub extra_history: Vec<ChatMessage>,
+    /// What the turn waits for between rounds.
+    pub pace: Option<Arc<dyn weft_core::Pace>>,
 }
 
 /// A recorder that keeps a line per recorded round, for asserting the record.
@@ -118,6 +120,7 @@ impl Harness {
             artifacts: None,
             resume: None,
             extra_history: Vec::new(),
+            pace: None,
         }
     }
 
@@ -167,6 +170,7 @@ impl Harness {
             context_window: self.context_window,
             artifacts: self.artifacts.clone(),
             resume: self.resume.clone(),
+            pace: self.pace.clone(),
         }
     }
 

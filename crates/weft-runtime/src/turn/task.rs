@@ -27,6 +27,7 @@ use crate::record::history::provider_history;
 use crate::record::resume_point::ResumePoint;
 use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 use crate::runtime::Runtime;
+use crate::starts::StartEnds;
 use crate::threads::{resumed_seq_floor, turn_seq_floor, ThreadRuntime};
 
 /// Everything a turn's task starts from.
@@ -67,17 +68,21 @@ pub(super) struct Resumed {
 // One per turn, moved once: not worth a box.
 #[allow(clippy::large_enum_variant)]
 enum Begin {
-    /// Write its start (the thread when new, the user message, the running message, the
-    /// lease), then announce it.
-    New {
-        new_thread: Option<ThreadRow>,
-        user_message: NewMessage,
-        lease_row: WriteOp,
-        /// The place of the answer it replaces (see [`Launch::replaces`]).
-        replaces: Option<i64>,
-    },
+    New(NewStart),
     /// Go on from the record.
     Resumed(Resumed),
+}
+
+/// A new turn's start: written (the thread when new, the user message, the running
+/// message, the lease), then announced.
+struct NewStart {
+    new_thread: Option<ThreadRow>,
+    user_message: NewMessage,
+    lease_row: WriteOp,
+    /// The place of the answer it replaces (see [`Launch::replaces`]).
+    replaces: Option<i64>,
+    /// In flight until the start's write is acknowledged.
+    ends: StartEnds,
 }
 
 struct TurnTask {
@@ -153,6 +158,14 @@ impl Runtime {
             // The calls of its earlier lives stay in the turn's tree.
             events.seed(&resumed.point.earlier_calls);
         }
+        // A new turn's start is in flight until it commits; one taken up has none.
+        let (pace, start) = match &resumed {
+            Some(_) => (self.starts.started(), None),
+            None => {
+                let (pace, start) = self.starts.begin();
+                (pace, Some(start))
+            }
+        };
         let spec = TurnSpec::new(setup.provider, setup.model, setup.agent.clone())
             .system_prompt(system_prompt)
             .toolbelt(toolbelt)
@@ -165,6 +178,7 @@ impl Runtime {
             .planner(setup.planner)
             .context_window(setup.context_window)
             .artifacts(Some(self.assets.clone()))
+            .pace(Some(pace))
             .resume(resumed.as_ref().map(|r| r.point.resume.clone()));
         let user_message = NewMessage {
             id: new_id(),
@@ -199,15 +213,16 @@ impl Runtime {
             mode_name,
             _slot: slot,
         };
-        let begin = match (resumed, lease_row) {
-            (Some(resumed), _) => Begin::Resumed(resumed),
-            (None, Some(lease_row)) => Begin::New {
+        let begin = match (resumed, lease_row, start) {
+            (Some(resumed), _, _) => Begin::Resumed(resumed),
+            (None, Some(lease_row), Some(ends)) => Begin::New(NewStart {
                 new_thread: claim.new_thread,
                 user_message,
                 lease_row,
                 replaces,
-            },
-            (None, None) => unreachable!("a new turn always takes a lease row"),
+                ends,
+            }),
+            (None, _, _) => unreachable!("a new turn always takes a lease row and a start"),
         };
         self.turns.spawn(task.run(begin, spec, mode));
     }
@@ -221,23 +236,10 @@ impl TurnTask {
         // The turn's frames wait behind `turn_started`, which waits for the start's commit.
         self.thread.hold_frames();
         let begun = match begin {
-            Begin::New {
-                new_thread,
-                user_message,
-                lease_row,
-                replaces,
-            } => {
+            Begin::New(start) => {
                 // The start and the end are boxed: only the running turn's own state stays
                 // in its task for as long as it streams.
-                Box::pin(self.begin(
-                    new_thread,
-                    user_message,
-                    lease_row,
-                    replaces,
-                    &model,
-                    max_history_tokens,
-                ))
-                .await
+                Box::pin(self.begin(start, &model, max_history_tokens)).await
             }
             Begin::Resumed(resumed) if resumed.point.answered => {
                 let (_, record) = self.take_up(resumed);
@@ -319,13 +321,17 @@ impl TurnTask {
     /// (group commit shares it with other turns starting meanwhile), `turn_started` does.
     async fn begin(
         &self,
-        new_thread: Option<ThreadRow>,
-        mut user_message: NewMessage,
-        lease_row: WriteOp,
-        replaces: Option<i64>,
+        start: NewStart,
         model: &str,
         max_history_tokens: u64,
     ) -> Result<(Vec<ChatMessage>, TurnRecord<'_>), StoreError> {
+        let NewStart {
+            new_thread,
+            mut user_message,
+            lease_row,
+            replaces,
+            ends,
+        } = start;
         let store = &self.runtime.store;
         let mut messages = Vec::new();
         let mut items = Vec::new();
@@ -379,7 +385,7 @@ impl TurnTask {
         }
         store.submit(
             WriteOp::Many(start),
-            Some(self.announce(turn_seq_floor(record.position))),
+            Some(self.announce(turn_seq_floor(record.position), ends)),
         );
         messages.push(user_message);
         let history = provider_history(
@@ -396,7 +402,7 @@ impl TurnTask {
     /// when the start could not be saved, those frames are dropped and the turn stops (it
     /// ends with an error). Any later write of the turn commits after this one, so the
     /// turn's end always comes after.
-    fn announce(&self, seq_floor: u64) -> Done {
+    fn announce(&self, seq_floor: u64, start: StartEnds) -> Done {
         let thread = self.thread.clone();
         let cancel = self.cancel.clone();
         let refused = self.refused.clone();
@@ -407,30 +413,34 @@ impl TurnTask {
             permission_mode: self.permission_mode,
             mode: self.mode_name.clone(),
         };
-        Box::new(move |committed| match committed {
-            Ok(()) => {
-                lease.written(store.batch_started());
-                thread.release_frames(Some(started), seq_floor);
-                if let Some(bus) = bus {
-                    bus.announce_turn(&thread.id);
+        Box::new(move |committed| {
+            // The start has ended either way: rounds waiting for it may go on.
+            drop(start);
+            match committed {
+                Ok(()) => {
+                    lease.written(store.batch_started());
+                    thread.release_frames(Some(started), seq_floor);
+                    if let Some(bus) = bus {
+                        bus.announce_turn(&thread.id);
+                    }
                 }
-            }
-            Err(e) => {
-                let why = if e.is_thread_busy() {
-                    (
-                        ErrorCode::TurnInProgress,
-                        super::start::busy_message(&thread.id),
-                    )
-                } else {
-                    tracing::error!(error = %e, thread = %thread.id, "a turn's start was not saved");
-                    (
-                        ErrorCode::Internal,
-                        "the turn could not be started; see the server log".to_owned(),
-                    )
-                };
-                let _ = refused.set(why);
-                thread.release_frames(None, 0);
-                cancel.cancel();
+                Err(e) => {
+                    let why = if e.is_thread_busy() {
+                        (
+                            ErrorCode::TurnInProgress,
+                            super::start::busy_message(&thread.id),
+                        )
+                    } else {
+                        tracing::error!(error = %e, thread = %thread.id, "a turn's start was not saved");
+                        (
+                            ErrorCode::Internal,
+                            "the turn could not be started; see the server log".to_owned(),
+                        )
+                    };
+                    let _ = refused.set(why);
+                    thread.release_frames(None, 0);
+                    cancel.cancel();
+                }
             }
         })
     }

@@ -1,0 +1,19 @@
+//! What a turn waits for between one round and the next. A host may hold a running turn
+//! back there (the server lets the turns that arrived before that moment start first); with
+//! no pace, or nothing to wait for, the turn only yields, so a provider and tools that never
+//! wait cannot run a whole turn in one poll and starve every other task on the worker.
+
+use futures::future::BoxFuture;
+
+pub trait Pace: Send + Sync {
+    /// `None`: go on now (after a yield); `Some`: go on once it resolves.
+    fn between_rounds(&self) -> Option<BoxFuture<'static, ()>>;
+}
+
+/// Wait as `pace` says between two rounds, or only yield.
+pub(crate) async fn between_rounds(pace: Option<&dyn Pace>) {
+    match pace.and_then(Pace::between_rounds) {
+        Some(wait) => wait.await,
+        None => tokio::task::yield_now().await,
+    }
+}
