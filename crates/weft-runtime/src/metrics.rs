@@ -56,6 +56,8 @@ pub struct Metrics {
     pub bus_published: Counter,
     /// Commands sent to other replicas, and how long their answers took.
     pub bus_request_seconds: Histogram,
+    /// Rounds held back for turns that began starting before them, and for how long.
+    pub start_waits_seconds: Histogram,
 }
 
 impl weft_store::WriteObserver for Metrics {
@@ -122,6 +124,15 @@ impl Default for Metrics {
             "Round trips of commands sent to other replicas",
             bus_request_seconds.clone(),
         );
+        let start_waits_seconds = Histogram::new([
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+        ]);
+        registry.register(
+            "start_waits_seconds",
+            "Rounds of running turns held back for turns starting before them \
+             (server.start_priority_ms)",
+            start_waits_seconds.clone(),
+        );
         let commit_seconds = Histogram::new([
             0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
         ]);
@@ -180,6 +191,7 @@ impl Default for Metrics {
             leases_lost,
             bus_published,
             bus_request_seconds,
+            start_waits_seconds,
         }
     }
 }

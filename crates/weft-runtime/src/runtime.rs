@@ -161,6 +161,10 @@ impl Runtime {
         context_windows.merge(&config.context_windows);
         let mut modes = ModeRegistry::new();
         modes.register(Arc::new(weft_codemode::CodeMode::new(config.code)));
+        let starts = Arc::new(Starts::new(
+            Duration::from_millis(config.server.start_priority_ms),
+            metrics.start_waits_seconds.clone(),
+        ));
         let runtime = Arc::new(Runtime {
             agent: Arc::new(config.agent.clone()),
             rate_card: Arc::new(rate_card),
@@ -190,9 +194,7 @@ impl Runtime {
             leases,
             bus,
             turns: TaskTracker::new(),
-            starts: Arc::new(Starts::new(Duration::from_millis(
-                config.server.start_priority_ms,
-            ))),
+            starts,
             shutdown: CancellationToken::new(),
             workspace_root: Some(workspace),
             subscribers: SubscriberIds::default(),

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::oneshot;
 use weft_core::Pace;
 
@@ -28,6 +29,8 @@ pub struct Starts {
     /// once: a round would wait for the thousands that began before it), where a longer one
     /// holds running turns back for little gain to the first frames (BENCHMARKS).
     max_wait: Duration,
+    /// Each wait's length.
+    waited: Histogram,
     /// Turns in the process (each holds its [`TurnStart`]).
     turns: AtomicUsize,
     /// Starts begun so far.
@@ -59,10 +62,11 @@ impl Drop for StartEnds {
 }
 
 impl Starts {
-    /// Rounds wait at most `max_wait` (zero: never).
-    pub fn new(max_wait: Duration) -> Starts {
+    /// Rounds wait at most `max_wait` (zero: never); each wait's length goes to `waited`.
+    pub fn new(max_wait: Duration, waited: Histogram) -> Starts {
         Starts {
             max_wait,
+            waited,
             turns: AtomicUsize::new(0),
             begun: AtomicU64::new(0),
             ended: AtomicU64::new(0),
@@ -129,9 +133,11 @@ impl Starts {
             }
         };
         if let Some(woken) = woken {
+            let began = tokio::time::Instant::now();
             if tokio::time::timeout(self.max_wait, woken).await.is_err() {
                 self.waiters.lock().remove(&key);
             }
+            self.waited.observe(began.elapsed().as_secs_f64());
         }
         self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
@@ -185,7 +191,7 @@ mod tests {
 
     /// A busy process: enough turns running that rounds wait for starts.
     fn busy(max_wait: Duration) -> (Arc<Starts>, Vec<Arc<TurnStart>>) {
-        let starts = Arc::new(Starts::new(max_wait));
+        let starts = Arc::new(Starts::new(max_wait, Histogram::new([1.0])));
         let crowd = (0..BUSY).map(|_| running(&starts)).collect();
         (starts, crowd)
     }
@@ -264,7 +270,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_process_with_few_turns_never_waits() {
-        let starts = Arc::new(Starts::new(MAX_WAIT));
+        let starts = Arc::new(Starts::new(MAX_WAIT, Histogram::new([1.0])));
         // With the turn starting, busy; one turn fewer, not.
         let mut crowd: Vec<_> = (0..BUSY - 2).map(|_| running(&starts)).collect();
         let pace = running(&starts);
@@ -276,6 +282,21 @@ mod tests {
         assert!(pace.between_rounds().is_some(), "busy again");
         drop(start);
         assert_eq!(starts.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_wait_is_counted_with_its_length() {
+        let metrics = crate::metrics::Metrics::default();
+        let starts = Arc::new(Starts::new(MAX_WAIT, metrics.start_waits_seconds.clone()));
+        let _crowd: Vec<_> = (0..BUSY).map(|_| running(&starts)).collect();
+        let pace = running(&starts);
+        assert!(pace.between_rounds().is_none());
+        let (_, stuck) = starts.begin();
+        pace.between_rounds().expect("a start in flight").await;
+        drop(stuck);
+        let text = metrics.render();
+        assert!(text.contains("weft_start_waits_seconds_count 1"), "{text}");
+        assert!(text.contains("weft_start_waits_seconds_sum 0.1"), "{text}");
     }
 
     #[tokio::test]
