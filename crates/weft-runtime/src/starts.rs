@@ -121,25 +121,41 @@ impl Starts {
         // Counted before the check: a start ending meanwhile either sees this round waiting
         // (and wakes it once it is listed) or ended before the check (which then passes).
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let key = (target, self.next_waiter.fetch_add(1, Ordering::Relaxed));
+        let waiting = Waiting {
+            starts: &self,
+            key: (target, self.next_waiter.fetch_add(1, Ordering::Relaxed)),
+        };
         let woken = {
             let mut waiters = self.waiters.lock();
             if self.ended.load(Ordering::SeqCst) >= target {
                 None
             } else {
                 let (tx, rx) = oneshot::channel();
-                waiters.insert(key, tx);
+                waiters.insert(waiting.key, tx);
                 Some(rx)
             }
         };
         if let Some(woken) = woken {
             let began = tokio::time::Instant::now();
-            if tokio::time::timeout(self.max_wait, woken).await.is_err() {
-                self.waiters.lock().remove(&key);
-            }
+            let _ = tokio::time::timeout(self.max_wait, woken).await;
             self.waited.observe(began.elapsed().as_secs_f64());
         }
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        drop(waiting);
+    }
+}
+
+/// A round counted as waiting: uncounted and unlisted when dropped, however its wait ends
+/// (woken, out of time, or its turn stopped mid-wait).
+struct Waiting<'a> {
+    starts: &'a Starts,
+    /// The count it waits for, and its number.
+    key: (u64, u64),
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.starts.waiters.lock().remove(&self.key);
+        self.starts.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -297,6 +313,21 @@ mod tests {
         let text = metrics.render();
         assert!(text.contains("weft_start_waits_seconds_count 1"), "{text}");
         assert!(text.contains("weft_start_waits_seconds_sum 0.1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_round_dropped_mid_wait_is_uncounted_and_unlisted() {
+        let (starts, _crowd) = busy(MAX_WAIT);
+        let pace = running(&starts);
+        let (_, start) = starts.begin();
+        let mut wait = pace.between_rounds().expect("a start in flight");
+        assert!((&mut wait).now_or_never().is_none());
+        assert_eq!(starts.waiting.load(Ordering::SeqCst), 1);
+        assert_eq!(starts.waiters.lock().len(), 1);
+        drop(wait);
+        assert_eq!(starts.waiting.load(Ordering::SeqCst), 0);
+        assert!(starts.waiters.lock().is_empty());
+        drop(start);
     }
 
     #[tokio::test]
