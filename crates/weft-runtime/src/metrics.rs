@@ -124,18 +124,20 @@ impl Default for Metrics {
             "Round trips of commands sent to other replicas",
             bus_request_seconds.clone(),
         );
-        let start_waits_seconds = Histogram::new([
-            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
-        ]);
+        // Waits and commits: half a millisecond to a second.
+        let seconds = || {
+            Histogram::new([
+                0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+            ])
+        };
+        let start_waits_seconds = seconds();
         registry.register(
             "start_waits_seconds",
             "Rounds of running turns held back for turns starting before them \
              (server.start_priority_ms)",
             start_waits_seconds.clone(),
         );
-        let commit_seconds = Histogram::new([
-            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
-        ]);
+        let commit_seconds = seconds();
         registry.register("turns", "Finished turns, by how they ended", turns.clone());
         registry.register("tool_calls", "Tool calls dispatched", tool_calls.clone());
         registry.register("model_calls", "Provider calls made", model_calls.clone());
