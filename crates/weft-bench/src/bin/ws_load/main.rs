@@ -67,6 +67,11 @@ struct Args {
     /// Run the replica(s) with a `nats-server` even when there is one (what the bus costs).
     #[arg(long)]
     bus: bool,
+    /// The concurrent turns' messages spread evenly over this many milliseconds (arrivals at
+    /// a steady rate, as a population of users sends them) instead of all sent at once; the
+    /// figures are then printed under `<peer>-spread<ms>ms`.
+    #[arg(long, default_value_t = 0)]
+    spread_ms: u64,
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -335,8 +340,13 @@ async fn main() {
             if args.bus { "-bus" } else { "" }
         ),
     };
+    let spread = Duration::from_millis(args.spread_ms);
+    let peer = match args.spread_ms {
+        0 => peer,
+        ms => format!("{peer}-spread{ms}ms"),
+    };
     if w2 {
-        w2::run(&target, &peer, turns, args.chunks, args.chunk_ms).await;
+        w2::run(&target, &peer, turns, spread, (args.chunks, args.chunk_ms)).await;
         target.stop().await;
         return;
     }
@@ -344,7 +354,7 @@ async fn main() {
         idle(&target, &peer, args.idle).await;
     }
     sequential(&target, &peer, args.sequential).await;
-    concurrent(&target, &peer, turns).await;
+    concurrent(&target, &peer, turns, spread).await;
     if args.replicas > 1 && args.followed > 0 {
         followed(&target, &peer, args.followed).await;
     }
@@ -408,8 +418,9 @@ async fn sequential(target: &Target, peer: &str, count: usize) {
     );
 }
 
-/// Concurrent turns, one socket each (spread over the servers in turn), all sent together.
-async fn concurrent(target: &Target, peer: &str, n: usize) {
+/// Concurrent turns, one socket each (spread over the servers in turn), all sent together or
+/// spread evenly over `spread`.
+async fn concurrent(target: &Target, peer: &str, n: usize, spread: Duration) {
     let expected = expected_text();
     let (_, rss_before) = target.rss();
     let sockets = connect_all(target, n).await;
@@ -417,7 +428,7 @@ async fn concurrent(target: &Target, peer: &str, n: usize) {
     let disk_before = target.disk_write_bytes();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
-    let tasks = together(sockets);
+    let tasks = together(sockets, spread);
     let mut first_frames = Vec::new();
     let mut first_chunks = Vec::new();
     let mut keep = Vec::new();
@@ -485,16 +496,23 @@ async fn connect_all(target: &Target, n: usize) -> Vec<Ws> {
     sockets
 }
 
-/// One turn on each socket, all sent together: each turn's result, with its socket (kept open
-/// until the caller drops it).
-async fn together(sockets: Vec<Ws>) -> Vec<(Timed, Ws)> {
+/// One turn on each socket, all sent together (or the i-th of n `spread × i / n` after the
+/// first): each turn's result, timed from its own message, with its socket (kept open until
+/// the caller drops it).
+async fn together(sockets: Vec<Ws>, spread: Duration) -> Vec<(Timed, Ws)> {
+    let n = sockets.len().max(1);
     let gate = Arc::new(tokio::sync::Barrier::new(sockets.len()));
     let tasks: Vec<_> = sockets
         .into_iter()
-        .map(|mut ws| {
+        .enumerate()
+        .map(|(i, mut ws)| {
             let gate = gate.clone();
+            let offset = spread.mul_f64(i as f64 / n as f64);
             tokio::spawn(async move {
                 gate.wait().await;
+                if !offset.is_zero() {
+                    tokio::time::sleep(offset).await;
+                }
                 let result = turn(&mut ws).await;
                 (result, ws)
             })

@@ -24,8 +24,15 @@ pub fn script(chunks: usize, chunk_ms: u64) -> Value {
     ]}]})
 }
 
-/// Runs `n` W2 turns at once on `target` and prints the W2 figures.
-pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms: u64) {
+/// Runs `n` W2 turns on `target`, at once or spread evenly over `spread`, each `chunks`
+/// chunks `chunk_ms` apart, and prints the W2 figures.
+pub async fn run(
+    target: &Target,
+    peer: &str,
+    n: usize,
+    spread: Duration,
+    (chunks, chunk_ms): (usize, u64),
+) {
     let (_, rss_before) = target.rss();
     let commits_before = target.metric("weft_store_commits_total").await;
     let writing_before = target.metric("weft_store_commit_seconds_sum").await;
@@ -33,7 +40,7 @@ pub async fn run(target: &Target, peer: &str, n: usize, chunks: usize, chunk_ms:
     let server_cpu_before = target.cpu_seconds();
     let own_cpu_before = weft_bench::cpu_seconds_of("self");
     let started = Instant::now();
-    let tasks = together(sockets);
+    let tasks = together(sockets, spread);
     let scripted = Duration::from_millis(chunk_ms * chunks as u64);
     let expected = CHUNK.repeat(chunks);
     let (mut first_chunks, mut overruns, mut keep) = (Vec::new(), Vec::new(), Vec::new());
