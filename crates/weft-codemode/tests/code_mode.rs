@@ -155,6 +155,7 @@ impl Run {
             artifacts: None,
             resume: None,
             pace: None,
+            chunk_interval: std::time::Duration::ZERO,
         }
     }
 

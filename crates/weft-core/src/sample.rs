@@ -82,6 +82,8 @@ pub(crate) async fn sample(
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     let mut held = None;
+    // When the next text chunk may go out (none yet: the first goes at once).
+    let mut next_chunk_at: Option<tokio::time::Instant> = None;
     loop {
         if turn.is_stopped() {
             return Err(call.close(Some("cancelled"), SampleError::Stopped));
@@ -94,7 +96,10 @@ pub(crate) async fn sample(
                 () = turn.cancel.cancelled() => return Err(call.close(Some("cancelled"), SampleError::Stopped)),
             },
         };
-        let next = coalesce(next, &mut stream, &mut held);
+        let mut next = coalesce(next, &mut stream, &mut held);
+        if let (Some(at), None) = (next_chunk_at, &held) {
+            next = gather_until(at, next, &mut stream, &mut held, &turn.cancel).await;
+        }
         match next {
             None => break,
             Some(Err(e)) => {
@@ -104,6 +109,9 @@ pub(crate) async fn sample(
                 if let Some(trip) = stream_text(turn, level, delta, &mut text, all_text) {
                     turn.trip(trip);
                     return Err(call.close(Some("output cap reached"), SampleError::Stopped));
+                }
+                if !turn.chunk_interval.is_zero() {
+                    next_chunk_at = Some(tokio::time::Instant::now() + turn.chunk_interval);
                 }
             }
             Some(Ok(ProviderEvent::ToolCall(call_request))) => {
@@ -165,7 +173,8 @@ fn stream_text(
 /// Text that has already arrived behind a text delta joins it, up to [`CHUNK_MAX_BYTES`] bytes:
 /// a turn that fell behind its model (a busy server) sends one chunk where it would have sent
 /// many, and does the per-chunk work (record, replay, frame) once. Nothing waits for more
-/// text; the first event that is not text is held for the next round.
+/// text here ([`gather_until`] does, under a chunk interval); the first event that is not
+/// text is held for the next round.
 fn coalesce(
     next: Option<ProviderItem>,
     stream: &mut ProviderStream,
@@ -182,6 +191,42 @@ fn coalesce(
                 break;
             }
             None => break,
+        }
+    }
+    Some(Ok(ProviderEvent::TextDelta(delta)))
+}
+
+/// A text delta held until `at` (the turn's chunk interval since its last chunk), joined by
+/// the text that streams in meanwhile, up to [`CHUNK_MAX_BYTES`] bytes. It goes out at once
+/// when the response ends or something other than text comes (held for the next round), so
+/// only text waits, and never the response's last piece; a stopping turn does not wait.
+async fn gather_until(
+    at: tokio::time::Instant,
+    next: Option<ProviderItem>,
+    stream: &mut ProviderStream,
+    held: &mut Option<Option<ProviderItem>>,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Option<ProviderItem> {
+    let Some(Ok(ProviderEvent::TextDelta(mut delta))) = next else {
+        return next;
+    };
+    if tokio::time::Instant::now() >= at {
+        return Some(Ok(ProviderEvent::TextDelta(delta)));
+    }
+    let due = tokio::time::sleep_until(at);
+    tokio::pin!(due);
+    while delta.len() < CHUNK_MAX_BYTES {
+        tokio::select! {
+            biased;
+            item = stream.next() => match item {
+                Some(Ok(ProviderEvent::TextDelta(more))) => delta.push_str(&more),
+                other => {
+                    *held = Some(other);
+                    break;
+                }
+            },
+            () = &mut due => break,
+            () = cancel.cancelled() => break,
         }
     }
     Some(Ok(ProviderEvent::TextDelta(delta)))

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use weft_protocol::{AgentConfig, ExecutionTreeSnapshot};
@@ -53,6 +54,9 @@ pub struct TurnSpec {
     pub resume: Option<Resume>,
     /// What the turn waits for between rounds; `None`: it only yields.
     pub pace: Option<Arc<dyn Pace>>,
+    /// The least time between two text chunks of one response: what the model streams
+    /// meanwhile goes out together in the next. Zero: each piece as it comes.
+    pub chunk_interval: Duration,
 }
 
 impl TurnSpec {
@@ -85,6 +89,7 @@ impl TurnSpec {
             artifacts: None,
             resume: None,
             pace: None,
+            chunk_interval: Duration::ZERO,
         }
     }
 
@@ -158,6 +163,13 @@ impl TurnSpec {
     /// Hold the turn back between rounds as `pace` says.
     pub fn pace(mut self, pace: Option<Arc<dyn Pace>>) -> TurnSpec {
         self.pace = pace;
+        self
+    }
+
+    /// Send a response's text at most once per `interval` (the first piece at once, the last
+    /// as soon as the response ends).
+    pub fn chunk_interval(mut self, interval: Duration) -> TurnSpec {
+        self.chunk_interval = interval;
         self
     }
 

@@ -82,6 +82,8 @@ pub(crate) struct Turn {
     pub artifacts: Option<Arc<dyn Artifacts>>,
     /// What the turn waits for between rounds.
     pub pace: Option<Arc<dyn Pace>>,
+    /// The least time between two text chunks of one response.
+    pub chunk_interval: std::time::Duration,
     pub context: ContextBudget,
     /// Calls that recurse go back up through it.
     pub recursion: &'static dyn Recursion,
@@ -120,6 +122,7 @@ impl Turn {
             recorder: spec.recorder.clone(),
             artifacts: spec.artifacts.clone(),
             pace: spec.pace.clone(),
+            chunk_interval: spec.chunk_interval,
             context: ContextBudget::new(&spec.config, &spec.model, spec.context_window),
             cancel: spec.cancel.child_token(),
             end: OnceLock::new(),

@@ -581,6 +581,50 @@ async fn text_paced_by_the_model_goes_out_as_it_comes() {
     assert_eq!(outcome.text, "one two three");
 }
 
+#[tokio::test(start_paused = true)]
+async fn under_a_chunk_interval_text_goes_out_at_most_once_per_interval() {
+    // Ten pieces 10 ms apart under a 50 ms interval: the first at once, then the pieces of
+    // each 50 ms together, and the last as soon as the response ends.
+    let pieces: Vec<String> = (0..10).map(|i| format!("p{i} ")).collect();
+    let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": pieces, "chunk_delay_ms": 10}]}]}));
+    h.chunk_interval = Duration::from_millis(50);
+    let began = tokio::time::Instant::now();
+    let (outcome, events) = h.run().await;
+    let chunks = chunk_texts(&events);
+    assert_eq!(chunks[0], "p0 ", "the first piece goes at once");
+    assert!((2..=4).contains(&chunks.len()), "{chunks:?}");
+    assert_eq!(chunks.concat(), pieces.concat());
+    assert_eq!(outcome.text, pieces.concat());
+    assert!(
+        began.elapsed() < Duration::from_millis(150),
+        "the last piece was held: {:?}",
+        began.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chunk_interval_holds_only_text_and_never_the_end_of_a_response() {
+    // An interval far longer than the turn: text behind the first piece waits only until a
+    // tool call or the response's end comes, and the next response's first piece goes at once.
+    let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["a", "b"], "chunk_delay_ms": 10,
+         "tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}]},
+        {"chunks": ["c", "d"], "chunk_delay_ms": 10}]}]}))
+    .tool(TestTool::new("echo"));
+    h.chunk_interval = Duration::from_secs(60);
+    let began = tokio::time::Instant::now();
+    let (outcome, events) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    assert_eq!(chunk_texts(&events), vec!["a", "b", "c", "d"]);
+    assert_eq!(outcome.totals.tool_calls, 1);
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+}
+
 /// A pace that holds each round back for a while and counts how often it was asked.
 struct SlowPace {
     asked: std::sync::atomic::AtomicUsize,

@@ -441,6 +441,7 @@ async fn malformed_tool_arguments_become_an_error_result_in_a_real_turn() {
         artifacts: None,
         resume: None,
         pace: None,
+        chunk_interval: std::time::Duration::ZERO,
     };
     let outcome = weft_core::run_classic_turn(spec).await;
     assert_eq!(outcome.end, weft_core::TurnEnd::Completed);

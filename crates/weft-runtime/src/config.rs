@@ -142,6 +142,10 @@ pub struct ServerConfig {
     /// The longest a running turn's next round waits for the turns that began starting
     /// before it (so a burst's first frames go out sooner); 0: rounds never wait.
     pub start_priority_ms: u64,
+    /// The least time between two text chunks of one response (the first goes at once, the
+    /// last as soon as the response ends; what streams meanwhile goes out together): fewer
+    /// frames for every socket and client; 0: each piece as the model sends it.
+    pub chunk_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -163,6 +167,7 @@ impl Default for ServerConfig {
             max_sockets_per_user: 64,
             max_request_bytes: 16 << 20,
             start_priority_ms: 100,
+            chunk_interval_ms: 50,
         }
     }
 }

@@ -463,3 +463,25 @@ async fn a_replacement_that_names_no_answer_of_the_thread_drops_nothing() {
     assert_eq!(server.store().messages(&thread).await.unwrap().len(), 2);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_response_streamed_in_many_pieces_goes_out_in_fewer_chunks() {
+    // 40 pieces 5 ms apart (200 ms) under the default 50 ms chunk interval: a handful of
+    // chunks (the first piece at once, then what came in each interval), the text whole.
+    let pieces: Vec<String> = (0..40).map(|i| format!("p{i} ")).collect();
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": pieces, "chunk_delay_ms": 5}]}]}))
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "stream", json!({})).await;
+    let frames = c.turn().await;
+    let chunks = of_type(&frames, "chunk")
+        .into_iter()
+        .filter(|f| f["done"] == false)
+        .count();
+    assert!((1..=12).contains(&chunks), "{chunks} chunks");
+    assert_eq!(text_of(&frames), pieces.concat());
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["content"].as_str(), Some(pieces.concat().as_str()));
+    server.stop().await;
+}

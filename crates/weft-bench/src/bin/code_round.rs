@@ -117,6 +117,7 @@ fn spec(code: bool, toolbelt: &Toolbelt, mode: &dyn ExecutionMode) -> TurnSpec {
         artifacts: None,
         resume: None,
         pace: None,
+        chunk_interval: std::time::Duration::ZERO,
     }
 }
 

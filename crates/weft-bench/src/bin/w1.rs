@@ -217,6 +217,7 @@ impl Bench {
             artifacts: None,
             resume: None,
             pace: None,
+            chunk_interval: std::time::Duration::ZERO,
         }
     }
 

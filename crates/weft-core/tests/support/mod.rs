@@ -61,6 +61,7 @@ pub struct Harness {
     pub extra_history: Vec<ChatMessage>,
     /// What the turn waits for between rounds.
     pub pace: Option<Arc<dyn weft_core::Pace>>,
+    pub chunk_interval: std::time::Duration,
 }
 
 /// A recorder that keeps a line per recorded round, for asserting the record.
@@ -121,6 +122,7 @@ impl Harness {
             resume: None,
             extra_history: Vec::new(),
             pace: None,
+            chunk_interval: std::time::Duration::ZERO,
         }
     }
 
@@ -171,6 +173,7 @@ impl Harness {
             artifacts: self.artifacts.clone(),
             resume: self.resume.clone(),
             pace: self.pace.clone(),
+            chunk_interval: self.chunk_interval,
         }
     }
 

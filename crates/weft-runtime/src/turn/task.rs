@@ -179,6 +179,9 @@ impl Runtime {
             .context_window(setup.context_window)
             .artifacts(Some(self.assets.clone()))
             .pace(Some(pace))
+            .chunk_interval(std::time::Duration::from_millis(
+                self.config.server.chunk_interval_ms,
+            ))
             .resume(resumed.as_ref().map(|r| r.point.resume.clone()));
         let user_message = NewMessage {
             id: new_id(),
