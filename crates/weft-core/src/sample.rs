@@ -110,7 +110,7 @@ pub(crate) async fn sample(
                     turn.trip(trip);
                     return Err(call.close(Some("output cap reached"), SampleError::Stopped));
                 }
-                if !turn.chunk_interval.is_zero() {
+                if !turn.chunk_interval.is_zero() && !level.quiet {
                     next_chunk_at = Some(tokio::time::Instant::now() + turn.chunk_interval);
                 }
             }

@@ -6,7 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndLabel {
@@ -76,126 +76,102 @@ impl weft_store::WriteObserver for Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("weft");
-        let turns = Family::<EndLabel, Counter>::default();
-        let tool_calls = Counter::default();
-        let model_calls = Counter::default();
-        let tokens = Family::<DirectionLabel, Counter>::default();
-        let errors = Family::<CodeLabel, Counter>::default();
-        let open_sockets = Gauge::default();
-        let active_turns = Gauge::default();
-        let slow_clients = Counter::default();
-        let commits = Family::<OutcomeLabel, Counter>::default();
+        let r = &mut registry;
         let sizes = || {
             Histogram::new([
                 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
             ])
         };
-        let batch_ops = sizes();
-        let batch_rows = sizes();
-        let leases_held = Gauge::default();
-        let leases_taken = Counter::default();
-        let leases_lost = Counter::default();
-        registry.register(
-            "leases_held",
-            "Turn leases this replica holds",
-            leases_held.clone(),
-        );
-        registry.register(
-            "leases_taken",
-            "Leases of turns a dead replica left, taken to close them",
-            leases_taken.clone(),
-        );
-        registry.register(
-            "leases_lost",
-            "Leases lost while their turn ran (the turn stopped)",
-            leases_lost.clone(),
-        );
-        let bus_published = Counter::default();
-        let bus_request_seconds = Histogram::new([
-            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0,
-        ]);
-        registry.register(
-            "bus_published",
-            "Frames published on the bus for followers on other replicas",
-            bus_published.clone(),
-        );
-        registry.register(
-            "bus_request_seconds",
-            "Round trips of commands sent to other replicas",
-            bus_request_seconds.clone(),
-        );
         // Waits and commits: half a millisecond to a second.
         let seconds = || {
             Histogram::new([
                 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
             ])
         };
-        let start_waits_seconds = seconds();
-        registry.register(
-            "start_waits_seconds",
-            "Rounds of running turns held back for turns starting before them \
-             (server.start_priority_ms)",
-            start_waits_seconds.clone(),
-        );
-        let commit_seconds = seconds();
-        registry.register("turns", "Finished turns, by how they ended", turns.clone());
-        registry.register("tool_calls", "Tool calls dispatched", tool_calls.clone());
-        registry.register("model_calls", "Provider calls made", model_calls.clone());
-        registry.register("tokens", "Tokens used, by direction", tokens.clone());
-        registry.register("errors", "Error frames sent, by code", errors.clone());
-        registry.register(
-            "open_sockets",
-            "Open websocket connections",
-            open_sockets.clone(),
-        );
-        registry.register("active_turns", "Turns running now", active_turns.clone());
-        registry.register(
-            "slow_clients",
-            "Connections closed because the client stopped reading",
-            slow_clients.clone(),
-        );
-        registry.register(
-            "store_commits",
-            "Database commits by the writer",
-            commits.clone(),
-        );
-        registry.register(
-            "store_batch_ops",
-            "Writes grouped into one commit",
-            batch_ops.clone(),
-        );
-        registry.register(
-            "store_batch_rows",
-            "Rows written by one commit",
-            batch_rows.clone(),
-        );
-        registry.register(
-            "store_commit_seconds",
-            "Time to write and commit one batch",
-            commit_seconds.clone(),
-        );
+        let bus_seconds = Histogram::new([
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0,
+        ]);
+        let leases = "Leases of turns a dead replica left, taken to close them";
+        let starts = "Rounds of running turns held back for turns starting before them \
+                      (server.start_priority_ms)";
         Metrics {
+            turns: registered(
+                r,
+                "turns",
+                "Finished turns, by how they ended",
+                Family::default(),
+            ),
+            tool_calls: registered(r, "tool_calls", "Tool calls dispatched", Counter::default()),
+            model_calls: registered(r, "model_calls", "Provider calls made", Counter::default()),
+            tokens: registered(r, "tokens", "Tokens used, by direction", Family::default()),
+            errors: registered(r, "errors", "Error frames sent, by code", Family::default()),
+            open_sockets: registered(
+                r,
+                "open_sockets",
+                "Open websocket connections",
+                Gauge::default(),
+            ),
+            active_turns: registered(r, "active_turns", "Turns running now", Gauge::default()),
+            slow_clients: registered(
+                r,
+                "slow_clients",
+                "Connections closed because the client stopped reading",
+                Counter::default(),
+            ),
+            commits: registered(
+                r,
+                "store_commits",
+                "Database commits by the writer",
+                Family::default(),
+            ),
+            batch_ops: registered(
+                r,
+                "store_batch_ops",
+                "Writes grouped into one commit",
+                sizes(),
+            ),
+            batch_rows: registered(r, "store_batch_rows", "Rows written by one commit", sizes()),
+            commit_seconds: registered(
+                r,
+                "store_commit_seconds",
+                "Time to write and commit one batch",
+                seconds(),
+            ),
+            leases_held: registered(
+                r,
+                "leases_held",
+                "Turn leases this replica holds",
+                Gauge::default(),
+            ),
+            leases_taken: registered(r, "leases_taken", leases, Counter::default()),
+            leases_lost: registered(
+                r,
+                "leases_lost",
+                "Leases lost while their turn ran (the turn stopped)",
+                Counter::default(),
+            ),
+            bus_published: registered(
+                r,
+                "bus_published",
+                "Frames published on the bus for followers on other replicas",
+                Counter::default(),
+            ),
+            bus_request_seconds: registered(
+                r,
+                "bus_request_seconds",
+                "Round trips of commands sent to other replicas",
+                bus_seconds,
+            ),
+            start_waits_seconds: registered(r, "start_waits_seconds", starts, seconds()),
             registry,
-            turns,
-            tool_calls,
-            model_calls,
-            tokens,
-            errors,
-            open_sockets,
-            active_turns,
-            slow_clients,
-            commits,
-            batch_ops,
-            batch_rows,
-            commit_seconds,
-            leases_held,
-            leases_taken,
-            leases_lost,
-            bus_published,
-            bus_request_seconds,
-            start_waits_seconds,
         }
     }
+}
+
+/// `metric`, registered under `name` with `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Metrics {
@@ -213,5 +189,47 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_registered_and_counts_in_the_output() {
+        let metrics = Metrics::default();
+        metrics.tool_calls.inc();
+        metrics.leases_held.set(3);
+        metrics.start_waits_seconds.observe(0.003);
+        let out = metrics.render();
+        for name in [
+            "turns",
+            "tool_calls",
+            "model_calls",
+            "tokens",
+            "errors",
+            "open_sockets",
+            "active_turns",
+            "slow_clients",
+            "store_commits",
+            "store_batch_ops",
+            "store_batch_rows",
+            "store_commit_seconds",
+            "leases_held",
+            "leases_taken",
+            "leases_lost",
+            "bus_published",
+            "bus_request_seconds",
+            "start_waits_seconds",
+        ] {
+            assert!(
+                out.contains(&format!("# HELP weft_{name} ")),
+                "{name} missing:\n{out}"
+            );
+        }
+        assert!(out.contains("weft_tool_calls_total 1"), "{out}");
+        assert!(out.contains("weft_leases_held 3"), "{out}");
+        assert!(out.contains("weft_start_waits_seconds_count 1"), "{out}");
     }
 }
