@@ -201,6 +201,13 @@ impl Store {
         self.writer.submit_movable(op, done)
     }
 
+    /// A write not yet handed to the writer, for a submitter that must keep it where others
+    /// can move it ahead before it is queued: hand it over with [`Queued::queue`] or
+    /// [`Queued::hurry`].
+    pub fn movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
+        self.writer.movable(op, done)
+    }
+
     /// See [`Writer::batch_started`](writer::Writer::batch_started).
     pub fn batch_started(&self) -> std::time::Instant {
         self.writer.batch_started()

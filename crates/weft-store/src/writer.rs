@@ -189,14 +189,25 @@ fn take(slot: &Slot) -> Option<(WriteOp, Option<Done>)> {
         .take()
 }
 
-/// A write waiting in the writer's queue, which its submitter may move ahead of the queue
-/// once someone waits for it.
+/// A write for the writer's queue, which whoever holds it may move ahead of the queue once
+/// someone waits for it. Made by [`Writer::movable`] and handed over by [`Queued::queue`]
+/// (behind what is queued) or [`Queued::hurry`] (ahead), so that a submitter can keep it
+/// where others find it before it is in any queue.
+#[derive(Clone)]
 pub struct Queued {
     slot: Arc<Slot>,
     first: mpsc::UnboundedSender<Job>,
+    rest: mpsc::UnboundedSender<Job>,
 }
 
 impl Queued {
+    /// Hand the write to the writer behind what is queued (a no-op once it was moved ahead).
+    pub fn queue(&self) {
+        if let Err(mpsc::error::SendError(job)) = self.rest.send(Job::Movable(self.slot.clone())) {
+            closed(job);
+        }
+    }
+
     /// Move the write ahead of the queue, unless the writer has taken it already (then it is
     /// in the batch being written, or committed): either way it commits before anything
     /// submitted after this call.
@@ -341,11 +352,19 @@ impl Writer {
 
     /// Queue `op` (not ahead) so that it can still be moved ahead.
     pub fn submit_movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
-        let slot = Arc::new(std::sync::Mutex::new(Some((op, done))));
-        self.send(false, Job::Movable(slot.clone()));
+        let queued = self.movable(op, done);
+        queued.queue();
+        queued
+    }
+
+    /// `op`, counted as submitted, to hand over with [`Queued::queue`] or [`Queued::hurry`]
+    /// (exactly one of them first; the other may follow and does nothing).
+    pub fn movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
         Queued {
-            slot,
+            slot: Arc::new(std::sync::Mutex::new(Some((op, done)))),
             first: self.first.clone(),
+            rest: self.tx.clone(),
         }
     }
 

@@ -568,6 +568,62 @@ async fn a_queued_write_is_moved_ahead(store: &Store) {
     assert_eq!(names[1101..], ["decision 1099", "decision 1101"]);
 }
 
+/// A write kept by its submitter before it is in any queue: moved ahead meanwhile (by another
+/// thread that waits for it), it commits ahead, once, and before what is submitted ahead
+/// after the move; queuing it afterwards does nothing; the store counts it once.
+async fn a_write_moved_ahead_before_it_was_queued(store: &Store) {
+    store.ensure_user("q").await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let told = |name: &str| -> Option<weft_store::Done> {
+        let (tx, name) = (tx.clone(), name.to_owned());
+        Some(Box::new(move |r| {
+            let _ = tx.send((name, r.is_ok()));
+        }))
+    };
+    let decision = |i: usize| WriteOp::DecideApproval {
+        thread_id: "q-none".into(),
+        id: format!("a{i}"),
+        status: "allowed".into(),
+    };
+    {
+        let _hold = store.hold_writes().await;
+        store.submit(decision(0), told("queued"));
+        let kept = store.movable(decision(1), told("kept"));
+        assert_eq!(store.queued_writes(), 2, "counted once made");
+        let other = kept.clone();
+        other.hurry();
+        store.submit_ahead(decision(2), told("ahead"));
+        kept.queue();
+        kept.hurry();
+    }
+    let mut order = Vec::new();
+    while order.len() < 3 {
+        order.push(rx.recv().await.unwrap());
+    }
+    store.write(decision(3)).await.unwrap();
+    drop(tx);
+    assert_eq!(rx.recv().await, None, "each write is acknowledged once");
+    let names: Vec<&str> = order.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["kept", "ahead", "queued"]);
+    assert!(order.iter().all(|(_, ok)| *ok));
+    assert_eq!(store.queued_writes(), 0);
+}
+
+#[tokio::test]
+async fn a_write_moved_ahead_before_it_was_queued_on_postgres() {
+    let db = TestDb::postgres().await.unwrap();
+    a_write_moved_ahead_before_it_was_queued(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_write_moved_ahead_before_it_was_queued_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    a_write_moved_ahead_before_it_was_queued(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_queued_write_is_moved_ahead_on_postgres() {
     let db = TestDb::postgres().await.unwrap();

@@ -57,9 +57,8 @@ struct LogState {
     items: Vec<ItemRow>,
     /// A write of this turn is on its way; the next flush waits for it.
     in_flight: bool,
-    /// Writes handed to the writer so far: tells the write in flight from earlier ones.
-    flushes: u64,
-    /// The write in flight, while it waits in the writer's queue (not ahead of it).
+    /// The write in flight, until it lands: moved ahead by [`TurnLog::hurry`] while the writer
+    /// has not taken it yet.
     queued: Option<Queued>,
     /// Someone waits for what is held: the next write goes ahead of the writer's queue.
     waited: bool,
@@ -135,9 +134,12 @@ impl TurnLog {
     }
 
     /// Hand everything held to the writer as one op, unless a write is in flight (then it
-    /// goes when that one lands); if it fails, remember why and stop the turn.
+    /// goes when that one lands); if it fails, remember why and stop the turn. The write is
+    /// kept in the log's state (where [`TurnLog::hurry`] finds it) in the same step that marks
+    /// it in flight, before it is in any queue: a turn's end or a response someone waits for,
+    /// submitted ahead on another thread meanwhile, can never overtake it.
     pub fn flush(&self) {
-        let (ops, ahead, flush) = {
+        let (queued, ahead) = {
             let mut state = self.state.lock();
             if state.in_flight {
                 return;
@@ -157,11 +159,21 @@ impl TurnLog {
                 ops.insert(0, fence);
             }
             state.in_flight = true;
-            state.flushes += 1;
-            (ops, std::mem::take(&mut state.waited), state.flushes)
+            let queued = self.store.movable(WriteOp::Many(ops), Some(self.landing()));
+            state.queued = Some(queued.clone());
+            (queued, std::mem::take(&mut state.waited))
         };
+        if ahead {
+            queued.hurry();
+        } else {
+            queued.queue();
+        }
+    }
+
+    /// What a write of this log does when it lands: the next flush, or the turn stopped.
+    fn landing(&self) -> Done {
         let me = self.me.clone();
-        let done: Done = Box::new(move |result| {
+        Box::new(move |result| {
             let Some(log) = me.upgrade() else { return };
             {
                 let mut state = log.state.lock();
@@ -176,17 +188,7 @@ impl TurnLog {
                 }
             }
             log.landed.notify_waiters();
-        });
-        if ahead {
-            self.store.submit_ahead(WriteOp::Many(ops), Some(done));
-            return;
-        }
-        let queued = self.store.submit_movable(WriteOp::Many(ops), Some(done));
-        let mut state = self.state.lock();
-        // Unless it landed already (and another may be on its way).
-        if state.in_flight && state.flushes == flush {
-            state.queued = Some(queued);
-        }
+        })
     }
 
     /// Someone waits for what is held: the write in flight (if still queued) and the next go
