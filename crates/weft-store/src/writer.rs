@@ -190,7 +190,7 @@ fn take(slot: &Slot) -> Option<(WriteOp, Option<Done>)> {
 }
 
 /// A write for the writer's queue, which whoever holds it may move ahead of the queue once
-/// someone waits for it. Made by [`Writer::movable`] and handed over by [`Queued::queue`]
+/// someone waits for it. Made by `Store::movable` and handed over by [`Queued::queue`]
 /// (behind what is queued) or [`Queued::hurry`] (ahead), so that a submitter can keep it
 /// where others find it before it is in any queue.
 #[derive(Clone)]

@@ -482,6 +482,26 @@ async fn an_unsupported_url_is_refused() {
     assert!(Store::connect("mysql://x").await.is_err());
 }
 
+/// Where the ordering tests' writes tell they landed: each its name and whether it committed.
+type Told = tokio::sync::mpsc::UnboundedSender<(String, bool)>;
+
+/// A write's acknowledgement, sent as `name` on `tx`.
+fn told(tx: &Told, name: impl Into<String>) -> Option<weft_store::Done> {
+    let (tx, name) = (tx.clone(), name.into());
+    Some(Box::new(move |r| {
+        let _ = tx.send((name, r.is_ok()));
+    }))
+}
+
+/// An approval decision of a thread that does not exist: a write of one row that does nothing.
+fn decision(i: usize) -> WriteOp {
+    WriteOp::DecideApproval {
+        thread_id: "q-none".into(),
+        id: format!("a{i}"),
+        status: "allowed".into(),
+    }
+}
+
 /// A turn's start submitted behind more than a batch of other writes is written in the first
 /// batch: its client waits for `turn_started`, the rest is the progress of turns under way.
 async fn a_start_goes_ahead_of_the_queue(store: &Store) {
@@ -490,27 +510,14 @@ async fn a_start_goes_ahead_of_the_queue(store: &Store) {
     {
         let hold = store.hold_writes().await;
         for i in 0..1100 {
-            let tx = tx.clone();
-            store.submit(
-                WriteOp::DecideApproval {
-                    thread_id: "q-none".into(),
-                    id: format!("a{i}"),
-                    status: "allowed".into(),
-                },
-                Some(Box::new(move |r| {
-                    let _ = tx.send((format!("decision {i}"), r.is_ok()));
-                })),
-            );
+            store.submit(decision(i), told(&tx, format!("decision {i}")));
         }
-        let started = tx.clone();
         store.submit(
             WriteOp::BeginTurn {
                 thread: Some(new_thread("q-1", "q")),
                 messages: Vec::new(),
             },
-            Some(Box::new(move |r| {
-                let _ = started.send(("start".to_owned(), r.is_ok()));
-            })),
+            told(&tx, "start"),
         );
         drop(hold);
     }
@@ -532,26 +539,15 @@ async fn a_start_goes_ahead_of_the_queue(store: &Store) {
 async fn a_queued_write_is_moved_ahead(store: &Store) {
     store.ensure_user("q").await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let told = |name: String| -> Option<weft_store::Done> {
-        let tx = tx.clone();
-        Some(Box::new(move |r| {
-            let _ = tx.send((name, r.is_ok()));
-        }))
-    };
-    let decision = |i: usize| WriteOp::DecideApproval {
-        thread_id: "q-none".into(),
-        id: format!("a{i}"),
-        status: "allowed".into(),
-    };
     let moved = {
         let _hold = store.hold_writes().await;
         for i in 0..1100 {
-            store.submit(decision(i), told(format!("decision {i}")));
+            store.submit(decision(i), told(&tx, format!("decision {i}")));
         }
-        let moved = store.submit_movable(decision(1100), told("moved".into()));
-        store.submit(decision(1101), told("decision 1101".into()));
+        let moved = store.submit_movable(decision(1100), told(&tx, "moved"));
+        store.submit(decision(1101), told(&tx, "decision 1101"));
         moved.hurry();
-        store.submit_ahead(decision(1102), told("ahead".into()));
+        store.submit_ahead(decision(1102), told(&tx, "ahead"));
         moved
     };
     let mut order = Vec::new();
@@ -574,25 +570,14 @@ async fn a_queued_write_is_moved_ahead(store: &Store) {
 async fn a_write_moved_ahead_before_it_was_queued(store: &Store) {
     store.ensure_user("q").await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let told = |name: &str| -> Option<weft_store::Done> {
-        let (tx, name) = (tx.clone(), name.to_owned());
-        Some(Box::new(move |r| {
-            let _ = tx.send((name, r.is_ok()));
-        }))
-    };
-    let decision = |i: usize| WriteOp::DecideApproval {
-        thread_id: "q-none".into(),
-        id: format!("a{i}"),
-        status: "allowed".into(),
-    };
     {
         let _hold = store.hold_writes().await;
-        store.submit(decision(0), told("queued"));
-        let kept = store.movable(decision(1), told("kept"));
+        store.submit(decision(0), told(&tx, "queued"));
+        let kept = store.movable(decision(1), told(&tx, "kept"));
         assert_eq!(store.queued_writes(), 2, "counted once made");
         let other = kept.clone();
         other.hurry();
-        store.submit_ahead(decision(2), told("ahead"));
+        store.submit_ahead(decision(2), told(&tx, "ahead"));
         kept.queue();
         kept.hurry();
     }
