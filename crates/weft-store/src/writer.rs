@@ -431,21 +431,56 @@ impl Queues {
         }
     }
 
-    /// Take every job waiting to go first, then the rest in order, up to `MAX_BATCH`;
-    /// `came` (the job that woke the writer) heads its own queue's.
+    /// See [`drain`].
     fn drain(&mut self, came: (Job, bool), jobs: &mut Vec<Job>) {
-        let (job, first) = came;
-        let mut came = Some(job);
-        for (queue, its) in [(&mut self.first, first), (&mut self.rest, !first)] {
-            if its {
-                jobs.extend(came.take());
-            }
-            while jobs.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
-                }
-            }
+        drain(&mut self.first, &mut self.rest, came, jobs);
+    }
+}
+
+/// Where the writer takes waiting jobs from: one of its queues (or a test's stand-in).
+trait Source {
+    /// The next job waiting, if any.
+    fn next_waiting(&mut self) -> Option<Job>;
+}
+
+impl Source for mpsc::UnboundedReceiver<Job> {
+    fn next_waiting(&mut self) -> Option<Job> {
+        self.try_recv().ok()
+    }
+}
+
+/// Take every job waiting to go first, then the rest in order, up to `MAX_BATCH`; `came` (the
+/// job that woke the writer) heads its own queue's. Once any of the rest is taken, whatever
+/// went first meanwhile is taken too, whatever the bound, and put ahead of it: a turn's start
+/// queued while the rest was being taken (the writer's thread can be paused there for
+/// milliseconds) would otherwise commit in the next batch, after the turn's own round, taken
+/// from the rest, whose fence then finds no lease.
+fn drain(
+    first: &mut impl Source,
+    rest: &mut impl Source,
+    (job, came_first): (Job, bool),
+    jobs: &mut Vec<Job>,
+) {
+    let mut came = Some(job);
+    if came_first {
+        jobs.extend(came.take());
+    }
+    take_while_room(first, jobs);
+    let firsts = jobs.len();
+    jobs.extend(came.take());
+    take_while_room(rest, jobs);
+    if jobs.len() > firsts {
+        let meanwhile: Vec<Job> = std::iter::from_fn(|| first.next_waiting()).collect();
+        jobs.splice(firsts..firsts, meanwhile);
+    }
+}
+
+/// Take jobs from `source` until none waits or the batch holds `MAX_BATCH`.
+fn take_while_room(source: &mut impl Source, jobs: &mut Vec<Job>) {
+    while jobs.len() < MAX_BATCH {
+        match source.next_waiting() {
+            Some(job) => jobs.push(job),
+            None => break,
         }
     }
 }
@@ -1167,5 +1202,86 @@ impl StoreError {
     /// See [`WriteError::is_thread_busy`].
     pub fn is_thread_busy(&self) -> bool {
         matches!(self, StoreError::Write(m) if m == THREAD_BUSY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A write named by the message id it fences.
+    fn named(name: &str) -> Job {
+        Job::write(
+            WriteOp::Fence {
+                message_id: name.to_owned(),
+                owner: "a".to_owned(),
+            },
+            None,
+        )
+    }
+
+    fn names(jobs: &[Job]) -> Vec<String> {
+        jobs.iter()
+            .map(|job| match job {
+                Job::Write { op, .. } => match op.as_ref() {
+                    WriteOp::Fence { message_id, .. } => message_id.clone(),
+                    _ => "?".to_owned(),
+                },
+                _ => "?".to_owned(),
+            })
+            .collect()
+    }
+
+    /// The rest's queue, where a turn submits its start (ahead) and then its round while the
+    /// writer is taking the rest: the start lands in the other queue after it was emptied.
+    struct StartMeanwhile {
+        rest: mpsc::UnboundedReceiver<Job>,
+        first: mpsc::UnboundedSender<Job>,
+        sent: bool,
+    }
+
+    impl Source for StartMeanwhile {
+        fn next_waiting(&mut self) -> Option<Job> {
+            if !self.sent {
+                self.sent = true;
+                self.first.send(named("start")).unwrap();
+                return Some(named("round"));
+            }
+            self.rest.next_waiting()
+        }
+    }
+
+    #[test]
+    fn a_start_queued_while_the_rest_is_taken_goes_ahead_of_its_round() {
+        let (first_tx, mut first) = mpsc::unbounded_channel();
+        let (rest_tx, rest) = mpsc::unbounded_channel();
+        first_tx.send(named("earlier start")).unwrap();
+        rest_tx.send(named("later")).unwrap();
+        let mut rest = StartMeanwhile {
+            rest,
+            first: first_tx,
+            sent: false,
+        };
+        let mut jobs = Vec::new();
+        drain(&mut first, &mut rest, (named("came"), false), &mut jobs);
+        assert_eq!(
+            names(&jobs),
+            ["earlier start", "start", "came", "round", "later"]
+        );
+    }
+
+    #[test]
+    fn the_rest_waits_while_a_full_batch_goes_first() {
+        let (first_tx, mut first) = mpsc::unbounded_channel();
+        let (rest_tx, mut rest) = mpsc::unbounded_channel();
+        for i in 0..MAX_BATCH + 10 {
+            first_tx.send(named(&format!("start {i}"))).unwrap();
+        }
+        rest_tx.send(named("round")).unwrap();
+        let mut jobs = Vec::new();
+        drain(&mut first, &mut rest, (named("came"), true), &mut jobs);
+        assert_eq!(jobs.len(), MAX_BATCH);
+        assert!(!names(&jobs).contains(&"round".to_owned()));
     }
 }
