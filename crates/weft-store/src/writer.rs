@@ -853,9 +853,8 @@ async fn check_fences(
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        let (ending, going_on): (Vec<&str>, Vec<&str>) = ids
-            .iter()
-            .partition(|id| finished.contains(**id));
+        let (ending, going_on): (Vec<&str>, Vec<&str>) =
+            ids.iter().partition(|id| finished.contains(**id));
         for (ids, ends) in [(ending, true), (going_on, false)] {
             for chunk in ids.chunks(64) {
                 let text = fence_sql(b, chunk.len(), ends);
