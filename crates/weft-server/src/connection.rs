@@ -1,18 +1,20 @@
 //! One websocket connection: a reader that decodes and handles frames, and a writer that
-//! takes every frame already queued, writes them in the format the client last used, and
-//! flushes once. A client that stops reading (queue over its byte bound, or a write stalled
-//! past the timeout) or stops answering pings is disconnected; its turns keep running.
+//! takes every frame already queued, lays them out in the format the client last used in one
+//! buffer made for the batch, and writes it at once. A client that stops reading (queue over
+//! its byte bound, or a write stalled past the timeout) or stops answering pings is
+//! disconnected; its turns keep running.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use futures::stream::SplitSink;
-use futures::{FutureExt, SinkExt, StreamExt};
+use futures::{FutureExt, StreamExt};
+use tokio_tungstenite::WebSocketStream;
 use tokio_util::task::AbortOnDropHandle;
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::Message;
 use weft_protocol::ErrorCode;
 
 use crate::auth::AuthUser;
@@ -20,7 +22,9 @@ use crate::codec::{decode_json, decode_msgpack, Wire};
 use crate::commands::Connection;
 use crate::error::ApiError;
 use crate::outbox::{message, Outbound, Outbox, OutboxState};
+use crate::socket::{self, close_frame, frame_len, put_frame, Opcode, Replies, WriteSide};
 use crate::state::{ServerState, SocketSlot};
+use crate::upgrade::{Io, WsUpgrade};
 
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
@@ -36,7 +40,7 @@ pub const CLOSE_KEY_REVOKED: u16 = 4001;
 pub async fn ws_handler(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
-    upgrade: WebSocketUpgrade,
+    upgrade: WsUpgrade,
 ) -> Response {
     let Some(slot) = state.sockets.open(&user.id) else {
         return ApiError::new(
@@ -45,105 +49,81 @@ pub async fn ws_handler(
         )
         .into_response();
     };
-    let server = &state.runtime.config.server;
-    let limit = server.max_frame_bytes;
-    // tungstenite's own cap sits above ours, so an oversize frame reaches us and gets 1009.
-    let hard_cap = limit.saturating_mul(2).max(limit + 64 * 1024);
-    upgrade
-        // Small read buffer keeps an idle connection cheap; writes are batched by the writer
-        // (fed, then flushed once) and bounded like the queue in front of them.
-        .read_buffer_size(4 * 1024)
-        .write_buffer_size(WRITE_BATCH_BYTES)
-        .max_write_buffer_size(server.max_outbound_bytes.max(WRITE_BATCH_BYTES * 2))
-        .max_message_size(hard_cap)
-        .max_frame_size(hard_cap)
-        .on_upgrade(move |socket| run(state, user, slot, socket))
+    upgrade.serve(move |io| run(state, user, slot, io))
 }
 
-/// tungstenite writes to the socket once this much is buffered, else on flush. Its buffer
-/// keeps its size per connection, so this stays small.
-const WRITE_BATCH_BYTES: usize = 8 * 1024;
+/// How tungstenite reads a client's frames. A small read buffer keeps an idle connection
+/// cheap; tungstenite's own cap sits above ours, so an oversize frame reaches us and gets
+/// 1009. What it writes (pongs, a close's answer) goes to the writer at once.
+fn read_config(max_frame_bytes: usize) -> WebSocketConfig {
+    let hard_cap = max_frame_bytes
+        .saturating_mul(2)
+        .max(max_frame_bytes + 64 * 1024);
+    WebSocketConfig::default()
+        .read_buffer_size(4 * 1024)
+        .write_buffer_size(0)
+        .max_write_buffer_size(64 * 1024)
+        .max_message_size(Some(hard_cap))
+        .max_frame_size(Some(hard_cap))
+}
 
-async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket: WebSocket) {
+/// What a connection's reader tells its writer.
+struct Heard {
+    /// The client's last frame was MessagePack: answer in it.
+    binary: AtomicBool,
+    /// When the client was last heard from, in ms since `since`.
+    last_ms: AtomicU64,
+    /// The client closed the connection (tungstenite answers its close).
+    closed: AtomicBool,
+    since: tokio::time::Instant,
+}
+
+impl Heard {
+    fn new() -> Arc<Heard> {
+        Arc::new(Heard {
+            binary: AtomicBool::new(false),
+            last_ms: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            since: tokio::time::Instant::now(),
+        })
+    }
+
+    fn now(&self) {
+        let ms = self.since.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn silent_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.since.elapsed().saturating_sub(last)
+    }
+}
+
+async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, io: Io) {
     let runtime = state.runtime.clone();
     runtime.metrics.open_sockets.inc();
-    let (sink, mut stream) = socket.split();
+    let (read_side, write_side, replies) = socket::split(io);
+    let config = read_config(runtime.config.server.max_frame_bytes);
+    let stream = WebSocketStream::from_raw_socket(read_side, Role::Server, Some(config)).await;
     let (outbox, rx) = Outbox::new(
         runtime.next_subscriber_id(),
         runtime.config.server.max_outbound_bytes,
     );
-    let binary = Arc::new(AtomicBool::new(false));
-    let last_heard = Arc::new(AtomicU64::new(0));
-    let clock = tokio::time::Instant::now();
-
+    let heard = Heard::new();
     let writer = write_loop(
         runtime.clone(),
-        sink,
+        write_side,
+        replies,
         rx,
         outbox.state().clone(),
-        binary.clone(),
-        last_heard.clone(),
-        clock,
+        heard.clone(),
     );
-
     let conn = Connection {
         state: state.clone(),
         user,
         outbox: outbox.clone(),
         client_tools: Default::default(),
     };
-    let limit = runtime.config.server.max_frame_bytes;
-    let recheck_every = Duration::from_millis(runtime.config.server.auth_recheck_ms.max(10));
-    let reader = async move {
-        let mut recheck =
-            tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
-        loop {
-            tokio::select! {
-                message = stream.next() => {
-                    last_heard.store(clock.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    match message {
-                        None | Some(Ok(Message::Close(_))) => break,
-                        Some(Err(e)) => {
-                            let (code, reason) = close_for(e);
-                            conn.outbox.close(code, reason);
-                            break;
-                        }
-                        Some(Ok(Message::Text(text))) => {
-                            if text.len() > limit {
-                                conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
-                                break;
-                            }
-                            binary.store(false, Ordering::Relaxed);
-                            // Boxed: a frame's handling (a turn's start) lives on the heap while
-                            // it runs, not in every waiting socket's task.
-                            Box::pin(conn.handle(decode_json(&text))).await;
-                        }
-                        Some(Ok(Message::Binary(bytes))) => {
-                            if bytes.len() > limit {
-                                conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
-                                break;
-                            }
-                            binary.store(true, Ordering::Relaxed);
-                            Box::pin(conn.handle(decode_msgpack(&bytes))).await;
-                        }
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                    }
-                },
-                () = conn.state.runtime.shutdown.cancelled() => {
-                    conn.outbox.close(CLOSE_SERVICE_RESTART, "server restarting; reconnect and resume");
-                    break;
-                }
-                _ = recheck.tick() => {
-                    if !conn.key_still_valid().await {
-                        conn.outbox.close(CLOSE_KEY_REVOKED, "api key revoked");
-                        break;
-                    }
-                }
-            }
-        }
-        conn.detach();
-    };
-
     let subscriber = weft_runtime::FrameSink::id(outbox.as_ref());
     drop(outbox);
     // The writer is a task of its own: a frame going out wakes only it, not the reader (whose
@@ -152,7 +132,7 @@ async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket:
     let mut writer = AbortOnDropHandle::new(tokio::spawn(writer));
     tokio::select! {
         _ = &mut writer => {}
-        () = reader => {
+        () = read_loop(conn, stream, heard) => {
             // Let the writer flush a close frame; the connection's senders are gone now.
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
         }
@@ -162,38 +142,98 @@ async fn run(state: Arc<ServerState>, user: AuthUser, _slot: SocketSlot, socket:
     runtime.metrics.open_sockets.dec();
 }
 
+/// Read and handle the client's frames until it closes, breaks the protocol, sends a frame
+/// over the limit, loses its key, or the server stops.
+async fn read_loop(
+    conn: Connection,
+    mut stream: WebSocketStream<socket::ReadSide>,
+    heard: Arc<Heard>,
+) {
+    let runtime = conn.state.runtime.clone();
+    let limit = runtime.config.server.max_frame_bytes;
+    let recheck_every = Duration::from_millis(runtime.config.server.auth_recheck_ms.max(10));
+    let mut recheck =
+        tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
+    loop {
+        tokio::select! {
+            message = stream.next() => {
+                heard.now();
+                match message {
+                    None | Some(Ok(Message::Close(_))) => {
+                        heard.closed.store(true, Ordering::Relaxed);
+                        // Tungstenite writes its answer to the close (to the writer) when
+                        // flushed; it refuses to send anything more.
+                        let _ = futures::SinkExt::flush(&mut stream).await;
+                        break;
+                    }
+                    Some(Err(e)) => {
+                        let (code, reason) = close_for(e);
+                        conn.outbox.close(code, reason);
+                        break;
+                    }
+                    Some(Ok(Message::Text(text))) => {
+                        if text.len() > limit {
+                            conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
+                            break;
+                        }
+                        heard.binary.store(false, Ordering::Relaxed);
+                        // Boxed: a frame's handling (a turn's start) lives on the heap while
+                        // it runs, not in every waiting socket's task.
+                        Box::pin(conn.handle(decode_json(&text))).await;
+                    }
+                    Some(Ok(Message::Binary(bytes))) => {
+                        if bytes.len() > limit {
+                            conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
+                            break;
+                        }
+                        heard.binary.store(true, Ordering::Relaxed);
+                        Box::pin(conn.handle(decode_msgpack(&bytes))).await;
+                    }
+                    // Pings are answered by tungstenite (through the writer).
+                    Some(Ok(_)) => {}
+                }
+            },
+            () = runtime.shutdown.cancelled() => {
+                conn.outbox.close(CLOSE_SERVICE_RESTART, "server restarting; reconnect and resume");
+                break;
+            }
+            _ = recheck.tick() => {
+                if !conn.key_still_valid().await {
+                    conn.outbox.close(CLOSE_KEY_REVOKED, "api key revoked");
+                    break;
+                }
+            }
+        }
+    }
+    conn.detach();
+}
+
 /// The close code a read error deserves: invalid UTF-8 1007, oversize 1009, any other
 /// protocol violation 1002.
-fn close_for(error: axum::Error) -> (u16, String) {
-    let inner = error.into_inner();
-    tracing::debug!(error = %inner, "websocket read failed");
-    match inner.downcast_ref::<tungstenite::Error>() {
-        Some(tungstenite::Error::Utf8(_)) => {
-            (CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame".into())
-        }
-        Some(tungstenite::Error::Capacity(_)) => (CLOSE_TOO_BIG, "frame too large".into()),
-        _ if inner.downcast_ref::<std::str::Utf8Error>().is_some() => {
-            (CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame".into())
-        }
+fn close_for(error: tungstenite::Error) -> (u16, String) {
+    tracing::debug!(%error, "websocket read failed");
+    match error {
+        tungstenite::Error::Utf8(_) => (CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame".into()),
+        tungstenite::Error::Capacity(_) => (CLOSE_TOO_BIG, "frame too large".into()),
         _ => (CLOSE_PROTOCOL_ERROR, "websocket protocol violation".into()),
     }
 }
 
-type Sink = SplitSink<WebSocket, Message>;
-
-/// Most frames written before one flush.
+/// Most frames written in one batch.
 const FRAMES_PER_BATCH: usize = 32;
 
-/// Write queued frames in batches (one flush per batch), ping, and drop clients that stop
-/// reading or answering.
+/// A ping with no payload.
+const PING: [u8; 2] = [0x80 | Opcode::Ping as u8, 0];
+
+/// Write queued frames in batches (one write per batch) and tungstenite's replies, ping, and
+/// drop clients that stop reading or answering.
 async fn write_loop(
     runtime: Arc<weft_runtime::Runtime>,
-    mut sink: Sink,
+    mut socket: WriteSide,
+    replies: Arc<Replies>,
     rx: flume::Receiver<Outbound>,
     queue: Arc<OutboxState>,
-    binary: Arc<AtomicBool>,
-    last_heard: Arc<AtomicU64>,
-    clock: tokio::time::Instant,
+    heard: Arc<Heard>,
 ) {
     let server = &runtime.config.server;
     let ping_every = Duration::from_millis(server.ping_interval_ms.max(10));
@@ -202,69 +242,96 @@ async fn write_loop(
     // Grown by the batches that come, not preallocated: most sockets wait with little queued.
     let mut batch = Vec::new();
     loop {
-        tokio::select! {
+        let bytes = tokio::select! {
             biased;
             () = queue.overflow.notified() => {
                 tracing::info!(queued = queue.queued(), "closing a connection that stopped reading");
                 runtime.metrics.slow_clients.inc();
-                close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "outbound queue full").await;
+                close_now(&mut socket, CLOSE_TRY_AGAIN_LATER, "outbound queue full").await;
                 return;
             }
+            () = replies.ready.notified() => replies.take(),
             received = rx.recv_async() => {
                 let Ok(first) = received else { break };
                 batch.push(first);
                 batch.extend(rx.try_iter().take(FRAMES_PER_BATCH - 1));
-                let wire = if binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
-                let mut close = None;
-                let mut bytes = 0;
-                let written = within(write_timeout, async {
-                    for out in batch.drain(..) {
-                        match out {
-                            Outbound::Frame(frame) => {
-                                bytes += frame.len();
-                                sink.feed(message(&frame, wire)).await?;
-                            }
-                            Outbound::Close(code, reason) => {
-                                close = Some((code, reason));
-                                break;
-                            }
-                        }
-                    }
-                    sink.flush().await
-                })
-                .await;
-                queue.taken(bytes);
-                batch.clear();
-                match written {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return,
-                    Err(_) => {
-                        tracing::info!("closing a connection whose writes stalled");
-                        runtime.metrics.slow_clients.inc();
-                        close_now(&mut sink, CLOSE_TRY_AGAIN_LATER, "write timed out").await;
-                        return;
-                    }
-                }
+                let wire = if heard.binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
+                let (bytes, taken, close) = lay_out(&mut batch, wire, replies.take());
+                queue.taken(taken);
                 if let Some((code, reason)) = close {
-                    close_now(&mut sink, code, &reason).await;
+                    if !bytes.is_empty() {
+                        let _ = within(write_timeout, socket.send(&bytes)).await;
+                    }
+                    close_now(&mut socket, code, &reason).await;
                     return;
                 }
+                bytes
             }
             _ = ping.tick() => {
-                let silent = clock.elapsed().saturating_sub(Duration::from_millis(last_heard.load(Ordering::Relaxed)));
+                let silent = heard.silent_for();
                 if silent > ping_every * 2 + ping_every / 2 {
                     tracing::info!(?silent, "closing a connection that stopped answering pings");
-                    close_now(&mut sink, CLOSE_GOING_AWAY, "no pong").await;
+                    close_now(&mut socket, CLOSE_GOING_AWAY, "no pong").await;
                     return;
                 }
-                let pinged = tokio::time::timeout(write_timeout, sink.send(Message::Ping(Default::default()))).await;
-                if !matches!(pinged, Ok(Ok(()))) {
-                    return;
-                }
+                PING.to_vec()
+            }
+        };
+        if bytes.is_empty() {
+            continue;
+        }
+        match within(write_timeout, socket.send(&bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::info!("closing a connection whose writes stalled");
+                runtime.metrics.slow_clients.inc();
+                close_now(&mut socket, CLOSE_TRY_AGAIN_LATER, "write timed out").await;
+                return;
             }
         }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+    // Every sender is gone: answer the client's close, or close, then end.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut bytes = replies.take();
+        if !heard.closed.load(Ordering::Relaxed) {
+            put_frame(&mut bytes, Opcode::Close, &[]);
+        }
+        if socket.send(&bytes).await.is_ok() {
+            socket.shutdown().await;
+        }
+    })
+    .await;
+}
+
+/// The frames of `batch` (taken out) up to a close, laid out after `replies` in one buffer of
+/// the size they need; the bytes they held in the queue; the close, if one came.
+fn lay_out(
+    batch: &mut Vec<Outbound>,
+    wire: Wire,
+    replies: Vec<u8>,
+) -> (Vec<u8>, usize, Option<(u16, String)>) {
+    let mut payloads = Vec::with_capacity(batch.len());
+    let (mut taken, mut close) = (0, None);
+    for out in batch.drain(..) {
+        match out {
+            Outbound::Frame(frame) => {
+                taken += frame.len();
+                payloads.push(message(&frame, wire));
+            }
+            Outbound::Close(code, reason) => {
+                close = Some((code, reason));
+                break;
+            }
+        }
+    }
+    let size: usize = payloads.iter().map(|(_, p)| frame_len(p.len())).sum();
+    let mut bytes = replies;
+    bytes.reserve_exact(size);
+    for (opcode, payload) in &payloads {
+        put_frame(&mut bytes, *opcode, payload);
+    }
+    (bytes, taken, close)
 }
 
 /// `write` if it finishes within `limit`. A write the socket takes at once (almost every one)
@@ -280,15 +347,13 @@ async fn within<T>(
     }
 }
 
-/// Send a close frame if the socket takes it within a second, then give up on it.
-async fn close_now(sink: &mut Sink, code: u16, reason: &str) {
-    let frame = Message::Close(Some(CloseFrame {
-        code,
-        reason: reason.into(),
-    }));
+/// Send a close frame if the socket takes it within a second, then end the connection.
+async fn close_now(socket: &mut WriteSide, code: u16, reason: &str) {
+    let frame = close_frame(code, reason);
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        sink.send(frame).await?;
-        sink.close().await
+        if socket.send(&frame).await.is_ok() {
+            socket.shutdown().await;
+        }
     })
     .await;
 }

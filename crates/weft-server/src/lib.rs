@@ -11,7 +11,9 @@ pub mod error;
 pub mod listener;
 pub mod outbox;
 pub mod rest;
+mod socket;
 pub mod state;
+mod upgrade;
 pub mod web;
 
 use std::future::Future;

@@ -6,13 +6,14 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use axum::extract::ws::{Message, Utf8Bytes};
+use bytes::Bytes;
 use tokio::sync::Notify;
 use weft_protocol::ServerFrame;
 use weft_runtime::frame::SubscriberId;
 use weft_runtime::{FrameSink, Outgoing, SharedFrame};
 
 use crate::codec::Wire;
+use crate::socket::Opcode;
 
 /// What a connection's writer sends.
 #[derive(Debug, Clone)]
@@ -111,14 +112,12 @@ impl OutboxState {
     }
 }
 
-/// The websocket message of a frame, in `wire`'s format.
-pub fn message(frame: &SharedFrame, wire: Wire) -> Message {
+/// A frame as a websocket message in `wire`'s format: its kind and payload (JSON text is
+/// valid UTF-8 as encoded).
+pub fn message(frame: &SharedFrame, wire: Wire) -> (Opcode, Bytes) {
     match wire {
-        Wire::Json => match Utf8Bytes::try_from(frame.json_bytes()) {
-            Ok(text) => Message::Text(text),
-            Err(_) => Message::Text(Utf8Bytes::from("{}")),
-        },
-        Wire::MsgPack => Message::Binary(frame.msgpack()),
+        Wire::Json => (Opcode::Text, frame.json_bytes()),
+        Wire::MsgPack => (Opcode::Binary, frame.msgpack()),
     }
 }
 

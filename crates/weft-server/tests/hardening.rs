@@ -581,6 +581,12 @@ async fn close_code(stream: &mut TcpStream) -> Option<u16> {
 
 async fn raw_websocket(server: &TestServer) -> TcpStream {
     let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    upgrade(&mut stream, server).await;
+    stream
+}
+
+/// Send the upgrade request on `stream` and read the server's `101` answer.
+async fn upgrade(stream: &mut TcpStream, server: &TestServer) {
     let request = format!(
         "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
@@ -593,8 +599,13 @@ async fn raw_websocket(server: &TestServer) -> TcpStream {
         stream.read_exact(&mut byte).await.unwrap();
         head.push(byte[0]);
     }
-    assert!(String::from_utf8_lossy(&head).starts_with("HTTP/1.1 101"));
-    stream
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "the accept key of RFC 6455's example: {head}"
+    );
 }
 
 #[tokio::test]
@@ -689,5 +700,96 @@ async fn bad_rest_bodies_get_json_errors_with_their_codes() {
     // Nothing was stored.
     let (_, documents) = server.get("/collections/notes/documents", None).await;
     assert_eq!(documents, json!([]));
+    server.stop().await;
+}
+
+/// The server answers a client's ping with its payload and a client's close with a close,
+/// then ends the connection (a clean close handshake, as every client library expects).
+#[tokio::test]
+async fn pings_and_a_close_from_the_client_are_answered() {
+    let server = TestServer::start(json!({"conversations": []})).await;
+    let mut c = server.client().await;
+    c.ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    let pong = tokio::time::timeout(Duration::from_secs(5), c.ws.next())
+        .await
+        .expect("a pong in time");
+    assert!(
+        matches!(&pong, Some(Ok(Message::Pong(p))) if &p[..] == b"are you there"),
+        "{pong:?}"
+    );
+    c.ws.send(Message::Close(None)).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), c.ws.next())
+        .await
+        .expect("an answer to the close in time");
+    assert!(matches!(answer, Some(Ok(Message::Close(_)))), "{answer:?}");
+    let end = tokio::time::timeout(Duration::from_secs(5), c.ws.next())
+        .await
+        .expect("the end in time");
+    assert!(end.is_none(), "nothing after the close: {end:?}");
+    server.stop().await;
+}
+
+/// A client that pings without ever reading the answers is cut off once they pile up
+/// (64 KiB), not buffered without end.
+#[tokio::test]
+async fn a_client_that_pings_without_reading_is_cut_off() {
+    let server = TestServer::start(json!({"conversations": []})).await;
+    let socket = TcpSocket::new_v4().unwrap();
+    // Small buffers both ways, so the server's writes stall once the client stops reading.
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.set_send_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(server.addr).await.unwrap();
+    upgrade(&mut stream, &server).await;
+    let payload = [b'p'; 125];
+    let cut_off = tokio::time::timeout(Duration::from_secs(20), async {
+        for _ in 0..100_000 {
+            let mut frame = vec![0x89, 0x80 | payload.len() as u8];
+            frame.extend_from_slice(&[0; 4]);
+            frame.extend_from_slice(&payload);
+            if stream.write_all(&frame).await.is_err() {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(cut_off, Ok(true), "the connection was cut off");
+    server.stop().await;
+}
+
+/// A request to `/ws` that is not a websocket upgrade gets a plain HTTP answer saying why.
+#[tokio::test]
+async fn a_bad_upgrade_request_gets_its_status() {
+    let server = TestServer::start(json!({"conversations": []})).await;
+    let answer = |request: String| {
+        let addr = server.addr;
+        async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut head = vec![0u8; 12];
+            stream.read_exact(&mut head).await.unwrap();
+            String::from_utf8_lossy(&head[9..12]).into_owned()
+        }
+    };
+    let host = server.addr;
+    let plain = format!("GET /ws HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    assert_eq!(answer(plain).await, "400");
+    let old_version = format!(
+        "GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n"
+    );
+    assert_eq!(answer(old_version).await, "400");
+    let no_key = format!(
+        "GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n"
+    );
+    assert_eq!(answer(no_key).await, "400");
+    let post = format!(
+        "POST /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
+    );
+    assert_ne!(answer(post).await, "101");
     server.stop().await;
 }
