@@ -53,14 +53,15 @@ pub async fn ws_handler(
 }
 
 /// How tungstenite reads a client's frames. A small read buffer keeps an idle connection
-/// cheap; tungstenite's own cap sits above ours, so an oversize frame reaches us and gets
+/// cheap (a client's frames are mostly a few hundred bytes; a bigger one is read into room
+/// made for it); tungstenite's own cap sits above ours, so an oversize frame reaches us and gets
 /// 1009. What it writes (pongs, a close's answer) goes to the writer at once.
 fn read_config(max_frame_bytes: usize) -> WebSocketConfig {
     let hard_cap = max_frame_bytes
         .saturating_mul(2)
         .max(max_frame_bytes + 64 * 1024);
     WebSocketConfig::default()
-        .read_buffer_size(4 * 1024)
+        .read_buffer_size(1024)
         .write_buffer_size(0)
         .max_write_buffer_size(64 * 1024)
         .max_message_size(Some(hard_cap))
