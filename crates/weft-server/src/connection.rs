@@ -172,23 +172,19 @@ async fn read_loop(
                         conn.outbox.close(code, reason);
                         break;
                     }
-                    Some(Ok(Message::Text(text))) => {
-                        if text.len() > limit {
+                    Some(Ok(frame @ (Message::Text(_) | Message::Binary(_)))) => {
+                        if frame.len() > limit {
                             conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
                             break;
                         }
-                        heard.binary.store(false, Ordering::Relaxed);
+                        heard.binary.store(frame.is_binary(), Ordering::Relaxed);
+                        let decoded = match frame {
+                            Message::Text(text) => decode_json(&text),
+                            other => decode_msgpack(&other.into_data()),
+                        };
                         // Boxed: a frame's handling (a turn's start) lives on the heap while
                         // it runs, not in every waiting socket's task.
-                        Box::pin(conn.handle(decode_json(&text))).await;
-                    }
-                    Some(Ok(Message::Binary(bytes))) => {
-                        if bytes.len() > limit {
-                            conn.outbox.close(CLOSE_TOO_BIG, format!("frame over {limit} bytes"));
-                            break;
-                        }
-                        heard.binary.store(true, Ordering::Relaxed);
-                        Box::pin(conn.handle(decode_msgpack(&bytes))).await;
+                        Box::pin(conn.handle(decoded)).await;
                     }
                     // Pings are answered by tungstenite (through the writer).
                     Some(Ok(_)) => {}
