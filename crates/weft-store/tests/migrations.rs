@@ -156,3 +156,51 @@ async fn sqlite_page_size_is_chosen_for_new_files_only() {
     store.close().await;
     assert_eq!(page_size(&older).await, 4096);
 }
+
+/// A record row big enough for PostgreSQL to compress (a round with its calls and results) is
+/// compressed with lz4 when the server was built with it (migration 15), and with pglz, as
+/// before, when it was not.
+#[tokio::test]
+async fn postgres_record_rows_compress_with_lz4_where_the_server_has_it() {
+    let db = weft_store::testing::TestDb::postgres().await.unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let has_lz4: bool = sqlx::query_scalar(
+        "SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    // The session's own default stays pglz: only the column's setting can make it lz4.
+    sqlx::query("SET default_toast_compression = pglz")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let body = format!(
+        "{{\"role\":\"assistant\",\"calls\":[{}]}}",
+        vec!["{\"name\":\"memory_write\",\"arguments\":\"rrrrrrrrrrrrrrrr\"}"; 100].join(",")
+    );
+    assert!(body.len() > 4000);
+    sqlx::query(
+        "INSERT INTO items (message_id, position, thread_id, kind, parent_id, depth, body, created_at) \
+         VALUES ('m1', 0, 't1', 'assistant', NULL, 0, $1, 0)",
+    )
+    .bind(&body)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (method, kept): (Option<String>, String) = sqlx::query_as(
+        "SELECT pg_column_compression(body), body FROM items WHERE message_id = 'm1'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, body);
+    let expected = if has_lz4 { "lz4" } else { "pglz" };
+    assert_eq!(method.as_deref(), Some(expected));
+    pool.close().await;
+    db.drop_database().await.unwrap();
+}
