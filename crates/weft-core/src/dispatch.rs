@@ -26,7 +26,7 @@ use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
 use crate::turn::{Delegation, Turn};
-use crate::validate::{parse_arguments, prepare_args};
+use crate::validate::{compact, parse_arguments, prepare_parsed};
 
 /// What the loop must do beyond appending a call's result.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,13 +220,17 @@ fn preflight<'a>(
             Map::new(),
         );
     };
-    let prepared = match prepare_args(
-        &request.arguments,
-        &entry.schema,
-        entry.validator.as_ref(),
-        turn.config.arg_validation,
-        &turn.config.injected_tool_args,
-    ) {
+    // Parsed once: the card's copy above, the tool's here.
+    let parsed = parsed.and_then(|map| {
+        prepare_parsed(
+            map,
+            &entry.schema,
+            entry.validator.as_ref(),
+            turn.config.arg_validation,
+            &turn.config.injected_tool_args,
+        )
+    });
+    let prepared = match parsed {
         Ok(prepared) => prepared,
         Err(detail) => {
             return planned(
@@ -235,7 +239,7 @@ fn preflight<'a>(
             )
         }
     };
-    if guard.is_runaway(name, &prepared.args.to_string()) {
+    if guard.is_runaway(name, &compact(&prepared.args)) {
         return planned(
             Action::Refuse(prompts::REPETITION_RESULT.to_owned()),
             prepared.injected,

@@ -84,7 +84,7 @@ impl TreeBuilder {
             parent_id: parent_id.map(str::to_owned),
             name: name.to_owned(),
             title,
-            args_preview: args.map(|a| preview(&a.to_string())),
+            args_preview: args.map(|a| preview(&crate::validate::compact(a))),
             result_preview: None,
             is_error: None,
             duration_ms: 0.0,

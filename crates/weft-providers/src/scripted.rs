@@ -194,7 +194,8 @@ impl ScriptedProvider {
                 let mut arguments = if c.arguments.is_null() {
                     "{}".to_owned()
                 } else {
-                    c.arguments.to_string()
+                    // Straight into the string (`Display` goes through a formatter).
+                    serde_json::to_string(&c.arguments).unwrap_or_default()
                 };
                 if malformed {
                     // Cut the closing brace off, as a model that ran out of tokens would.

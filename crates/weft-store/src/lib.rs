@@ -11,6 +11,7 @@ mod keys;
 mod leases;
 mod record;
 mod rows;
+mod statements;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod threads;
@@ -56,7 +57,7 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
     Postgres,
     Sqlite,

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, OwnedRwLockWriteGuard, RwLock};
 
 use crate::leases::{fence_sql, LeaseRow};
 use crate::rows::{ApprovalRow, ItemRow, ModelCallRow, NewMessage, ThreadRow};
+use crate::statements::{insert_text, kept, placeholders_after, InsertSql};
 use crate::{now_ms, Backend, Result, StoreError};
 
 /// One unit of work for the writer.
@@ -749,22 +750,31 @@ impl<'a> Plan<'a> {
         let mut ids: Vec<&str> = self.fences.iter().map(|(_, id)| *id).collect();
         ids.sort_unstable();
         ids.dedup();
-        let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", i + 3)).collect();
-        let values = placeholders_after(
+        let shape = (
+            "fenced round",
+            "",
             Backend::Postgres,
-            2 + ids.len(),
-            self.items.len(),
-            ITEMS.columns,
-        );
-        let text = format!(
-            "WITH held AS (SELECT message_id FROM turn_leases WHERE owner = $1 AND expires_at > $2 \
-             AND message_id IN ({}) FOR SHARE) \
-             {} SELECT * FROM (VALUES {values}) AS v WHERE (SELECT count(*) FROM held) = {}{} RETURNING 1",
-            list.join(", "),
-            ITEMS.head,
             ids.len(),
-            ITEMS.tail
+            self.items.len(),
         );
+        let text = kept(shape, || {
+            let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", i + 3)).collect();
+            let values = placeholders_after(
+                Backend::Postgres,
+                2 + ids.len(),
+                self.items.len(),
+                ITEMS.columns,
+            );
+            format!(
+                "WITH held AS (SELECT message_id FROM turn_leases WHERE owner = $1 AND expires_at > $2 \
+                 AND message_id IN ({}) FOR SHARE) \
+                 {} SELECT * FROM (VALUES {values}) AS v WHERE (SELECT count(*) FROM held) = {}{} RETURNING 1",
+                list.join(", "),
+                ITEMS.head,
+                ids.len(),
+                ITEMS.tail
+            )
+        });
         let mut query = sqlx::query(&text).bind(self.fences[0].0).bind(now_ms());
         for id in &ids {
             query = query.bind(*id);
@@ -985,13 +995,6 @@ async fn in_transaction(conn: &mut AnyConnection, plan: &Plan<'_>, backend: Back
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, AnyArguments<'q>>;
 
-/// A multi-row INSERT: `head VALUES (…), (…) tail`.
-pub(crate) struct InsertSql {
-    head: &'static str,
-    columns: usize,
-    tail: &'static str,
-}
-
 // A thread or message that is already there is an error: thread ids can come from clients,
 // and two new threads must never become one.
 const THREADS: InsertSql = InsertSql {
@@ -1039,37 +1042,6 @@ pub(crate) const MODEL_CALLS: InsertSql = InsertSql {
 /// of distinct (prepared and cached) statements whatever the batch size.
 const CHUNKS: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
 
-/// `($1, $2), ($3, $4)` for PostgreSQL; `(?, ?), (?, ?)` for SQLite, whose bind-parameter
-/// lookup by name is linear per parameter (quadratic for a big multi-row insert).
-fn placeholders(backend: Backend, rows: usize, columns: usize) -> String {
-    placeholders_after(backend, 0, rows, columns)
-}
-
-/// As [`placeholders`], numbered after `before` parameters (PostgreSQL).
-fn placeholders_after(backend: Backend, before: usize, rows: usize, columns: usize) -> String {
-    let mut out = String::with_capacity(rows * columns * 5);
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        for c in 1..=columns {
-            if c > 1 {
-                out.push_str(", ");
-            }
-            match backend {
-                Backend::Postgres => {
-                    out.push('$');
-                    out.push_str(&(before + r * columns + c).to_string());
-                }
-                Backend::Sqlite => out.push('?'),
-            }
-        }
-        out.push(')');
-    }
-    out
-}
-
 pub(crate) async fn insert_many<T>(
     conn: &mut AnyConnection,
     backend: Backend,
@@ -1086,12 +1058,7 @@ pub(crate) async fn insert_many<T>(
             .unwrap_or(1);
         let (chunk, tail) = rest.split_at(size);
         rest = tail;
-        let text = format!(
-            "{} VALUES {}{}",
-            sql.head,
-            placeholders(backend, size, sql.columns),
-            sql.tail
-        );
+        let text = insert_text(backend, sql, size);
         let mut query = sqlx::query(&text);
         for row in chunk {
             query = bind(query, row);
