@@ -143,27 +143,43 @@ pub fn new_call_id(hint: &str) -> String {
         base36(seed % 36u64.pow(6))
     });
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let clean: String = hint
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        .take(ID_HINT_CHARS)
-        .collect();
-    let hint = if clean.is_empty() { "call" } else { &clean };
-    format!("{hint}~{nonce}{}", base36(n))
+    // Built in one string of the right size (a call's id is made for every call).
+    let mut id = String::with_capacity(ID_HINT_CHARS + 1 + nonce.len() + 13);
+    id.extend(
+        hint.chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            .take(ID_HINT_CHARS),
+    );
+    if id.is_empty() {
+        id.push_str("call");
+    }
+    id.push('~');
+    id.push_str(nonce);
+    push_base36(&mut id, n);
+    id
 }
 
-fn base36(mut n: u64) -> String {
+fn base36(n: u64) -> String {
+    let mut out = String::with_capacity(13);
+    push_base36(&mut out, n);
+    out
+}
+
+/// `n` in base 36 (lower-case), appended to `out`.
+fn push_base36(out: &mut String, mut n: u64) {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
+    // u64::MAX has 13 digits in base 36.
+    let mut digits = [0u8; 13];
+    let mut at = digits.len();
     loop {
-        out.push(DIGITS[(n % 36) as usize]);
+        at -= 1;
+        digits[at] = DIGITS[(n % 36) as usize];
         n /= 36;
         if n == 0 {
             break;
         }
     }
-    out.reverse();
-    String::from_utf8(out).unwrap_or_default()
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// Give each call of a response its wire id, and make the history ids unique within
@@ -228,6 +244,21 @@ mod tests {
         let long = new_call_id(&"x\u{1F600}<>".repeat(100));
         assert!(long.len() < 60, "{long}");
         assert!(new_call_id("").starts_with("call~"));
+    }
+
+    #[test]
+    fn base36_writes_every_digit() {
+        assert_eq!(base36(0), "0");
+        assert_eq!(base36(35), "z");
+        assert_eq!(base36(36), "10");
+        assert_eq!(base36(u64::MAX), "3w5e11264sgsf");
+        let id = new_call_id("a.b-c_d e");
+        let (hint, suffix) = id.split_once('~').unwrap();
+        assert_eq!(hint, "a.b-c_de");
+        assert!(!suffix.is_empty(), "{id}");
+        assert!(suffix
+            .chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()));
     }
 
     #[test]
