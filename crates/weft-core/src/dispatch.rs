@@ -221,7 +221,7 @@ fn preflight<'a>(
         );
     };
     // Parsed once: the card's copy above, the tool's here.
-    let parsed = parsed.and_then(|map| {
+    let prepared = parsed.and_then(|map| {
         prepare_parsed(
             map,
             &entry.schema,
@@ -230,7 +230,7 @@ fn preflight<'a>(
             &turn.config.injected_tool_args,
         )
     });
-    let prepared = match parsed {
+    let prepared = match prepared {
         Ok(prepared) => prepared,
         Err(detail) => {
             return planned(

@@ -194,8 +194,7 @@ impl ScriptedProvider {
                 let mut arguments = if c.arguments.is_null() {
                     "{}".to_owned()
                 } else {
-                    // Straight into the string (`Display` goes through a formatter).
-                    serde_json::to_string(&c.arguments).unwrap_or_default()
+                    weft_core::validate::compact(&c.arguments)
                 };
                 if malformed {
                     // Cut the closing brace off, as a model that ran out of tokens would.
