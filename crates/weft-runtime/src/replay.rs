@@ -1,11 +1,13 @@
 //! A turn's frames kept for `resume_chat`, bounded in bytes: consecutive text chunks are
-//! coalesced into one run (8 bytes of bookkeeping per chunk instead of a frame), and when the
-//! bound is passed the oldest frames go. A client resuming from before what is kept gets the
-//! stored snapshot first.
+//! coalesced into one run (8 bytes of bookkeeping per chunk instead of a frame), older frames
+//! are packed in blocks compressed with lz4 (a tool card's frames repeat the same keys, thread
+//! id and arguments: a W1 turn's take ~7× less), and when the bound is passed the oldest
+//! frames go. A client resuming from before what is kept gets the stored snapshot first.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use weft_protocol::{ServerEvent, ServerFrame};
 
 use crate::frame::SharedFrame;
@@ -34,13 +36,62 @@ impl TextRun {
     }
 }
 
-/// One kept frame, or a run of chunks. Two words: a W1 turn keeps ~80 entries, and the
-/// queue's slots (rounded up to a power of two) are held for the whole turn, so the run is
-/// boxed rather than inlined in every slot (~110 bytes a slot).
+/// Frames packed together in a block: each one's JSON ends with a newline (which JSON text
+/// never holds unescaped), the whole compressed.
+#[derive(Debug)]
+struct Packed {
+    /// Each frame's seq, in order.
+    seqs: Box<[u64]>,
+    /// The frames' JSON, compressed (lz4, its size prepended).
+    json: Box<[u8]>,
+}
+
+/// Frames a block packs.
+const PACKED_FRAMES: usize = 16;
+
+impl Packed {
+    /// `frames` in one block.
+    fn new(frames: &[Arc<SharedFrame>]) -> Packed {
+        let mut json = Vec::with_capacity(frames.iter().map(|f| f.len() + 1).sum());
+        for frame in frames {
+            json.extend_from_slice(frame.json().as_bytes());
+            json.push(b'\n');
+        }
+        Packed {
+            seqs: frames.iter().map(|f| f.seq.unwrap_or(0)).collect(),
+            // Copied out of the compressor's buffer, which is made for the worst case.
+            json: lz4_flex::compress_prepend_size(&json).as_slice().into(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.json.len() + self.seqs.len() * std::mem::size_of::<u64>()
+    }
+
+    /// The block's frames with a seq above `after`; `None` when it cannot be read back.
+    fn frames_after(&self, after: u64) -> Option<Vec<Arc<SharedFrame>>> {
+        let json = Bytes::from(lz4_flex::decompress_size_prepended(&self.json).ok()?);
+        let mut frames = Vec::new();
+        let mut start = 0;
+        for &seq in self.seqs.iter() {
+            let end = start + json[start..].iter().position(|&b| b == b'\n')?;
+            if seq > after {
+                frames.push(SharedFrame::from_json(Some(seq), json.slice(start..end)));
+            }
+            start = end + 1;
+        }
+        Some(frames)
+    }
+}
+
+/// One kept frame, a run of chunks, or a block of packed frames. Two words: a W1 turn keeps
+/// ~80 entries, and the queue's slots (rounded up to a power of two) are held for the whole
+/// turn, so the run and the block are boxed rather than inlined in every slot.
 #[derive(Debug)]
 enum Entry {
     Frame(Arc<SharedFrame>),
     Text(Box<TextRun>),
+    Packed(Box<Packed>),
 }
 
 impl Entry {
@@ -48,6 +99,7 @@ impl Entry {
         match self {
             Entry::Frame(f) => f.len(),
             Entry::Text(run) => run.content.len() + run.pieces.len() * PIECE_BYTES,
+            Entry::Packed(block) => block.bytes(),
         }
     }
 
@@ -55,6 +107,7 @@ impl Entry {
         match self {
             Entry::Frame(f) => f.seq.unwrap_or(0),
             Entry::Text(run) => run.pieces.back().map_or(0, |&p| run.piece(p).0),
+            Entry::Packed(block) => block.seqs.last().copied().unwrap_or(0),
         }
     }
 }
@@ -128,8 +181,35 @@ impl Replay {
         } else {
             self.bytes += frame.len();
             self.entries.push_back(Entry::Frame(frame.clone()));
+            self.pack();
         }
         self.trim();
+    }
+
+    /// Once the newest frames (not text) number two blocks, pack the older block of them: the
+    /// newest stay as they are, the ones a resuming client most likely missed.
+    fn pack(&mut self) {
+        let newest = self
+            .entries
+            .iter()
+            .rev()
+            .take_while(|e| matches!(e, Entry::Frame(_)))
+            .count();
+        if newest < 2 * PACKED_FRAMES {
+            return;
+        }
+        let from = self.entries.len() - newest;
+        let frames: Vec<Arc<SharedFrame>> = self
+            .entries
+            .drain(from..from + PACKED_FRAMES)
+            .filter_map(|e| match e {
+                Entry::Frame(f) => Some(f),
+                _ => None,
+            })
+            .collect();
+        let block = Packed::new(&frames);
+        self.bytes = self.bytes + block.bytes() - frames.iter().map(|f| f.len()).sum::<usize>();
+        self.entries.insert(from, Entry::Packed(Box::new(block)));
     }
 
     /// Drop the oldest frames until the buffer fits its bound again.
@@ -162,10 +242,21 @@ impl Replay {
     /// The frames after `last_seq`, coalesced text included, for `thread_id`.
     pub fn after(&self, last_seq: u64, thread_id: &Arc<str>) -> Missed {
         let mut frames = Vec::new();
+        let mut unreadable = false;
         for entry in &self.entries {
             match entry {
                 Entry::Frame(f) if f.seq.unwrap_or(0) > last_seq => frames.push(f.clone()),
                 Entry::Frame(_) => {}
+                Entry::Packed(block) if entry.last_seq() > last_seq => {
+                    match block.frames_after(last_seq) {
+                        Some(unpacked) => frames.extend(unpacked),
+                        None => {
+                            tracing::error!("a packed block of replayed frames cannot be read");
+                            unreadable = true;
+                        }
+                    }
+                }
+                Entry::Packed(_) => {}
                 Entry::Text(run) => {
                     let Some((seq, _)) = run
                         .pieces
@@ -199,7 +290,7 @@ impl Replay {
         }
         Missed {
             frames,
-            needs_snapshot: last_seq < self.dropped_through,
+            needs_snapshot: last_seq < self.dropped_through || unreadable,
         }
     }
 }
@@ -258,6 +349,107 @@ mod tests {
         assert_eq!(texts(&r.after(2, &t)), vec!["3:b", "4:x", "5:c"]);
         assert_eq!(texts(&r.after(4, &t)), vec!["5:c"]);
         assert!(!r.after(0, &t).needs_snapshot);
+    }
+
+    /// A tool card's end, as a W1 turn's are.
+    fn card(i: u64) -> ServerEvent {
+        ServerEvent::ToolCallUpdate {
+            tool_call_id: format!("call_{i}~x1"),
+            name: "memory_write".into(),
+            status: weft_protocol::ToolCallStatus::End,
+            args: Some(serde_json::json!({"key": format!("k{i}"), "value": "r".repeat(100)})),
+            result: Some(format!("stored k{i}")),
+            is_error: Some(false),
+            parent_id: None,
+            depth: 0,
+            metadata: None,
+        }
+    }
+
+    fn json_of(frames: &[Arc<SharedFrame>]) -> Vec<String> {
+        frames.iter().map(|f| f.json().to_owned()).collect()
+    }
+
+    #[test]
+    fn older_frames_are_packed_and_come_back_as_they_were() {
+        let mut packed = Replay::new(1 << 20);
+        let mut sent = Vec::new();
+        for seq in 1..=80 {
+            let frame = SharedFrame::encode(&ServerFrame {
+                thread_id: Some(Arc::from("t")),
+                seq: Some(seq),
+                event: card(seq),
+            });
+            packed.push(&card(seq), seq, &frame);
+            sent.push(frame);
+        }
+        let raw: usize = sent.iter().map(|f| f.len()).sum();
+        // 64 frames in four blocks, the newest 16 as they are.
+        assert_eq!(packed.entries.len(), 4 + 16);
+        assert!(
+            packed.bytes() * 3 < raw,
+            "{} of {raw} bytes",
+            packed.bytes()
+        );
+        let t: Arc<str> = Arc::from("t");
+        let all = packed.after(0, &t);
+        assert!(!all.needs_snapshot);
+        assert_eq!(json_of(&all.frames), json_of(&sent));
+        assert!(all
+            .frames
+            .iter()
+            .zip(1..)
+            .all(|(f, seq)| f.seq == Some(seq)));
+        // From inside a block: only what came after.
+        let missed = packed.after(21, &t);
+        assert_eq!(json_of(&missed.frames), json_of(&sent[21..]));
+        assert!(packed.after(80, &t).frames.is_empty());
+    }
+
+    #[test]
+    fn text_between_frames_keeps_its_place_when_they_are_packed() {
+        let mut r = Replay::new(1 << 20);
+        let mut seq = 0;
+        let mut expected = Vec::new();
+        for round in 0..3 {
+            for _ in 0..20 {
+                seq += 1;
+                push(&mut r, seq, ServerEvent::Pong);
+                expected.push(format!("{seq}:*"));
+            }
+            seq += 1;
+            push(&mut r, seq, chunk(&format!("text {round}"), 0));
+            expected.push(format!("{seq}:text {round}"));
+        }
+        // Each round's 20 frames stop short of two blocks: nothing is packed yet.
+        assert!(r.entries.iter().all(|e| !matches!(e, Entry::Packed(_))));
+        for _ in 0..40 {
+            seq += 1;
+            push(&mut r, seq, ServerEvent::Pong);
+            expected.push(format!("{seq}:*"));
+        }
+        assert!(r.entries.iter().any(|e| matches!(e, Entry::Packed(_))));
+        let t: Arc<str> = Arc::from("t");
+        assert_eq!(texts(&r.after(0, &t)), expected);
+    }
+
+    #[test]
+    fn packed_blocks_count_against_the_bound_and_go_whole() {
+        let mut r = Replay::new(4_000);
+        for seq in 1..=400 {
+            push(&mut r, seq, card(seq));
+        }
+        assert!(r.bytes() <= 4_000, "{} bytes kept", r.bytes());
+        let t: Arc<str> = Arc::from("t");
+        let missed = r.after(0, &t);
+        assert!(missed.needs_snapshot);
+        let first = missed.frames[0].seq.unwrap();
+        assert_eq!(
+            r.dropped_through + 1,
+            first,
+            "no gap after what was dropped"
+        );
+        assert_eq!(missed.frames.last().unwrap().seq, Some(400));
     }
 
     #[test]

@@ -100,6 +100,72 @@ async fn resume_after_a_dropped_socket_replays_then_continues_live() {
 }
 
 #[tokio::test]
+async fn resuming_a_tool_heavy_turn_replays_every_card_in_order() {
+    // Ten rounds of four cards: 80 frames, all but the newest kept packed (compressed).
+    let mut steps: Vec<serde_json::Value> = (0..10)
+        .map(|r| {
+            let calls: Vec<serde_json::Value> = (0..4)
+                .map(|j| {
+                    json!({"id": format!("c{r}_{j}"), "name": "memory_write",
+                    "arguments": {"key": format!("k{j}"), "value": format!("v{r}")}})
+                })
+                .collect();
+            json!({"tool_calls": calls})
+        })
+        .collect();
+    // The client leaves before the first round, while the turn runs.
+    steps[0]["delay_ms"] = json!(300);
+    steps.push(json!({"chunks": ["done"]}));
+    let server =
+        TestServer::start(json!({"conversations": [{"match": "*", "steps": steps}]})).await;
+    let mut c = server.client().await;
+    c.chat(None, "cards", json!({})).await;
+    let seen = c.recv_until(|f| f["type"] == "turn_started").await;
+    let thread = thread_of(&seen);
+    let started = seen.last().unwrap()["seq"].as_u64().unwrap();
+    c.close().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.store().messages(&thread).await.unwrap()[1].status != "completed" {
+        assert!(Instant::now() < deadline, "the turn did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut c = server.client().await;
+    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": started}}))
+        .await;
+    let rest = c.turn().await;
+    // Every card, in order, none missing, from memory (no stored snapshot first).
+    let cards = &rest[..80];
+    assert!(
+        cards.iter().all(|f| f["type"] == "tool_call_update"),
+        "{:?}",
+        kinds(&rest)
+    );
+    let seqs: Vec<u64> = cards.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (started + 1..=started + 80).collect::<Vec<_>>());
+    for (r, round) in cards.chunks(8).enumerate() {
+        let starts: Vec<&serde_json::Value> =
+            round.iter().filter(|f| f["status"] == "start").collect();
+        assert_eq!(starts.len(), 4);
+        for start in starts {
+            let id = start["tool_call_id"].as_str().unwrap();
+            let j = &id[format!("c{r}_").len()..][..1];
+            assert!(id.starts_with(&format!("c{r}_")), "{id} in round {r}");
+            assert_eq!(
+                start["args"],
+                json!({"key": format!("k{j}"), "value": format!("v{r}")})
+            );
+        }
+        assert!(round
+            .iter()
+            .filter(|f| f["status"] == "end")
+            .all(|f| f["is_error"] == false));
+    }
+    assert_eq!(of_type(&rest, "message").len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn with_no_grace_a_dropped_socket_aborts_the_turn() {
     let server = TestServer::start_with(slow_script(), |c| c.server.detach_grace_ms = 0).await;
     let mut c = server.client().await;
