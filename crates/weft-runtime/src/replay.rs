@@ -1,8 +1,8 @@
 //! A turn's frames kept for `resume_chat`, bounded in bytes: consecutive text chunks are
-//! coalesced into one run (8 bytes of bookkeeping per chunk instead of a frame), older frames
-//! are packed in blocks compressed with lz4 (a tool card's frames repeat the same keys, thread
-//! id and arguments: a W1 turn's take ~7× less), and when the bound is passed the oldest
-//! frames go. A client resuming from before what is kept gets the stored snapshot first.
+//! coalesced into one run (8 bytes of bookkeeping per chunk instead of a frame), other frames
+//! are packed in blocks of 16 as each block fills, compressed with lz4 (a tool card's frames
+//! repeat the same keys, thread id and arguments: a W1 turn's take ~7× less), and when the
+//! bound is passed the oldest frames go. A client resuming from before what is kept gets the stored snapshot first.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -186,8 +186,7 @@ impl Replay {
         self.trim();
     }
 
-    /// Once the newest frames (not text) number two blocks, pack the older block of them: the
-    /// newest stay as they are, the ones a resuming client most likely missed.
+    /// Once the newest frames (not text) fill a block, pack them.
     fn pack(&mut self) {
         let newest = self
             .entries
@@ -195,7 +194,7 @@ impl Replay {
             .rev()
             .take_while(|e| matches!(e, Entry::Frame(_)))
             .count();
-        if newest < 2 * PACKED_FRAMES {
+        if newest < PACKED_FRAMES {
             return;
         }
         let from = self.entries.len() - newest;
@@ -384,8 +383,8 @@ mod tests {
             sent.push(frame);
         }
         let raw: usize = sent.iter().map(|f| f.len()).sum();
-        // 64 frames in four blocks, the newest 16 as they are.
-        assert_eq!(packed.entries.len(), 4 + 16);
+        // Five blocks.
+        assert_eq!(packed.entries.len(), 5);
         assert!(
             packed.bytes() * 3 < raw,
             "{} of {raw} bytes",
@@ -412,7 +411,7 @@ mod tests {
         let mut seq = 0;
         let mut expected = Vec::new();
         for round in 0..3 {
-            for _ in 0..20 {
+            for _ in 0..12 {
                 seq += 1;
                 push(&mut r, seq, ServerEvent::Pong);
                 expected.push(format!("{seq}:*"));
@@ -421,7 +420,7 @@ mod tests {
             push(&mut r, seq, chunk(&format!("text {round}"), 0));
             expected.push(format!("{seq}:text {round}"));
         }
-        // Each round's 20 frames stop short of two blocks: nothing is packed yet.
+        // Each round's 12 frames stop short of a block: nothing is packed yet.
         assert!(r.entries.iter().all(|e| !matches!(e, Entry::Packed(_))));
         for _ in 0..40 {
             seq += 1;

@@ -31,8 +31,9 @@ impl ItemRow {
             kind: format!("{}{JOIN}{}", first.kind, second.kind),
             parent_id: first.parent_id.clone(),
             depth: first.depth,
-            // Both bodies are JSON: the pair's is the array of the two, each kept as written.
-            body: format!("[{},{}]", first.body, second.body),
+            // Both bodies are JSON: the pair's is the array of the two, each kept as written
+            // (in a string of its size: it waits for the writer).
+            body: ["[", first.body.as_str(), ",", second.body.as_str(), "]"].concat(),
             created_at: first.created_at,
         })
     }
