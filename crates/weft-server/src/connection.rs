@@ -236,8 +236,6 @@ async fn write_loop(
     let ping_every = Duration::from_millis(server.ping_interval_ms.max(10));
     let write_timeout = Duration::from_millis(server.write_timeout_ms.max(1));
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-    // Grown by the batches that come, not preallocated: most sockets wait with little queued.
-    let mut batch = Vec::new();
     loop {
         let bytes = tokio::select! {
             biased;
@@ -250,6 +248,8 @@ async fn write_loop(
             () = replies.ready.notified() => replies.take(),
             received = rx.recv_async() => {
                 let Ok(first) = received else { break };
+                // Made for each batch, not kept: a socket waits with nothing queued.
+                let mut batch = Vec::with_capacity(1 + rx.len().min(FRAMES_PER_BATCH - 1));
                 batch.push(first);
                 batch.extend(rx.try_iter().take(FRAMES_PER_BATCH - 1));
                 let wire = if heard.binary.load(Ordering::Relaxed) { Wire::MsgPack } else { Wire::Json };
