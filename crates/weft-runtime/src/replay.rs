@@ -2,7 +2,8 @@
 //! coalesced into one run (8 bytes of bookkeeping per chunk instead of a frame), other frames
 //! are packed in blocks of 16 as each block fills, compressed with lz4 (a tool card's frames
 //! repeat the same keys, thread id and arguments: a W1 turn's take ~7× less), and when the
-//! bound is passed the oldest frames go. A client resuming from before what is kept gets the stored snapshot first.
+//! bound is passed the oldest frames go. A client resuming from before what is kept gets the
+//! stored snapshot first.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -36,12 +37,13 @@ impl TextRun {
     }
 }
 
-/// Frames packed together in a block: each one's JSON ends with a newline (which JSON text
-/// never holds unescaped), the whole compressed.
+/// Frames packed together in a block: their JSON one after another, compressed.
 #[derive(Debug)]
 struct Packed {
     /// Each frame's seq, in order.
     seqs: Box<[u64]>,
+    /// Where each frame's JSON ends.
+    ends: Box<[u32]>,
     /// The frames' JSON, compressed (lz4, its size prepended).
     json: Box<[u8]>,
 }
@@ -52,20 +54,23 @@ const PACKED_FRAMES: usize = 16;
 impl Packed {
     /// `frames` in one block.
     fn new(frames: &[Arc<SharedFrame>]) -> Packed {
-        let mut json = Vec::with_capacity(frames.iter().map(|f| f.len() + 1).sum());
+        let mut json = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
+        let mut ends = Vec::with_capacity(frames.len());
         for frame in frames {
             json.extend_from_slice(frame.json().as_bytes());
-            json.push(b'\n');
+            // A block is 16 frames, each far below 4 GB.
+            ends.push(u32::try_from(json.len()).unwrap_or(u32::MAX));
         }
         Packed {
             seqs: frames.iter().map(|f| f.seq.unwrap_or(0)).collect(),
+            ends: ends.into(),
             // Copied out of the compressor's buffer, which is made for the worst case.
             json: lz4_flex::compress_prepend_size(&json).as_slice().into(),
         }
     }
 
     fn bytes(&self) -> usize {
-        self.json.len() + self.seqs.len() * std::mem::size_of::<u64>()
+        self.json.len() + self.seqs.len() * std::mem::size_of::<(u64, u32)>()
     }
 
     /// The block's frames with a seq above `after`; `None` when it cannot be read back.
@@ -73,12 +78,15 @@ impl Packed {
         let json = Bytes::from(lz4_flex::decompress_size_prepended(&self.json).ok()?);
         let mut frames = Vec::new();
         let mut start = 0;
-        for &seq in self.seqs.iter() {
-            let end = start + json[start..].iter().position(|&b| b == b'\n')?;
+        for (&seq, &end) in self.seqs.iter().zip(self.ends.iter()) {
+            let end = end as usize;
+            if end < start || end > json.len() {
+                return None;
+            }
             if seq > after {
                 frames.push(SharedFrame::from_json(Some(seq), json.slice(start..end)));
             }
-            start = end + 1;
+            start = end;
         }
         Some(frames)
     }
@@ -403,6 +411,24 @@ mod tests {
         let missed = packed.after(21, &t);
         assert_eq!(json_of(&missed.frames), json_of(&sent[21..]));
         assert!(packed.after(80, &t).frames.is_empty());
+    }
+
+    #[test]
+    fn frames_encoded_elsewhere_come_back_byte_for_byte() {
+        // Frames relayed from another replica are kept as their bytes, whatever their layout.
+        let mut r = Replay::new(1 << 20);
+        let sent: Vec<Arc<SharedFrame>> = (1..=16)
+            .map(|seq| {
+                let json = format!("{{\n  \"seq\": {seq},\n  \"type\": \"pong\"\n}}");
+                SharedFrame::from_json(Some(seq), Bytes::from(json))
+            })
+            .collect();
+        for frame in &sent {
+            r.push(&ServerEvent::Pong, frame.seq.unwrap(), frame);
+        }
+        assert!(matches!(r.entries.front(), Some(Entry::Packed(_))));
+        let t: Arc<str> = Arc::from("t");
+        assert_eq!(json_of(&r.after(0, &t).frames), json_of(&sent));
     }
 
     #[test]
