@@ -70,7 +70,8 @@ impl Packed {
     }
 
     fn bytes(&self) -> usize {
-        self.json.len() + self.seqs.len() * std::mem::size_of::<(u64, u32)>()
+        self.json.len()
+            + self.seqs.len() * (std::mem::size_of::<u64>() + std::mem::size_of::<u32>())
     }
 
     /// The block's frames with a seq above `after`; `None` when it cannot be read back.

@@ -16,6 +16,23 @@ fn slow_script() -> serde_json::Value {
     ]}]})
 }
 
+/// Wait (at most 20 s) for the thread's first answer to end on its own.
+async fn wait_until_completed(server: &TestServer, thread: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server
+        .store()
+        .messages(thread)
+        .await
+        .unwrap()
+        .get(1)
+        .map(|m| m.status.as_str())
+        != Some("completed")
+    {
+        assert!(Instant::now() < deadline, "the turn did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn stop_ends_a_turn_within_a_second_and_keeps_partial_text() {
     let server = TestServer::start(json!({"conversations": [
@@ -124,11 +141,7 @@ async fn resuming_a_tool_heavy_turn_replays_every_card_in_order() {
     let thread = thread_of(&seen);
     let started = seen.last().unwrap()["seq"].as_u64().unwrap();
     c.close().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.store().messages(&thread).await.unwrap()[1].status != "completed" {
-        assert!(Instant::now() < deadline, "the turn did not end");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_completed(&server, &thread).await;
 
     let mut c = server.client().await;
     c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": started}}))
@@ -270,20 +283,7 @@ async fn resuming_a_big_turn_after_it_ended_gets_the_whole_answer() {
     let thread = thread_of(&seen);
     let last_seq = seen.last().unwrap()["seq"].as_u64().unwrap();
     c.close().await;
-    // Wait for the turn to end on its own.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server
-        .store()
-        .messages(&thread)
-        .await
-        .unwrap()
-        .get(1)
-        .map(|m| m.status.as_str())
-        != Some("completed")
-    {
-        assert!(Instant::now() < deadline, "the turn did not end");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_completed(&server, &thread).await;
     let mut c = server.client().await;
     c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}))
         .await;
