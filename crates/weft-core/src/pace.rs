@@ -8,6 +8,11 @@ use futures::future::BoxFuture;
 pub trait Pace: Send + Sync {
     /// `None`: go on now (after a yield); `Some`: go on once it resolves.
     fn between_rounds(&self) -> Option<BoxFuture<'static, ()>>;
+
+    /// `None`: the level's first round goes now; `Some`: once it resolves.
+    fn before_first_round(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
 }
 
 /// Wait as `pace` says between two rounds, or only yield.
@@ -15,5 +20,12 @@ pub(crate) async fn between_rounds(pace: Option<&dyn Pace>) {
     match pace.and_then(Pace::between_rounds) {
         Some(wait) => wait.await,
         None => tokio::task::yield_now().await,
+    }
+}
+
+/// Wait as `pace` says before a level's first round.
+pub(crate) async fn before_first_round(pace: Option<&dyn Pace>) {
+    if let Some(wait) = pace.and_then(Pace::before_first_round) {
+        wait.await;
     }
 }

@@ -161,6 +161,8 @@ async fn drive(
     loop {
         if iterations > 0 {
             pace::between_rounds(turn.pace.as_deref()).await;
+        } else {
+            pace::before_first_round(turn.pace.as_deref()).await;
         }
         if turn.is_stopped() {
             return LevelEnd::Stopped;

@@ -625,8 +625,10 @@ async fn a_chunk_interval_holds_only_text_and_never_the_end_of_a_response() {
     );
 }
 
-/// A pace that holds each round back for a while and counts how often it was asked.
+/// A pace that holds each round back for a while and counts how often it was asked, before
+/// a first round and between rounds.
 struct SlowPace {
+    asked_first: std::sync::atomic::AtomicUsize,
     asked: std::sync::atomic::AtomicUsize,
     hold: Duration,
 }
@@ -636,11 +638,18 @@ impl weft_core::Pace for SlowPace {
         self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Some(Box::pin(tokio::time::sleep(self.hold)))
     }
+
+    fn before_first_round(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        self.asked_first
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(Box::pin(tokio::time::sleep(self.hold)))
+    }
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_pace_is_asked_between_rounds_and_holds_the_next_one_back() {
+async fn the_pace_is_asked_before_and_between_rounds_and_holds_each_one_back() {
     let pace = std::sync::Arc::new(SlowPace {
+        asked_first: Default::default(),
         asked: Default::default(),
         hold: Duration::from_secs(5),
     });
@@ -654,7 +663,12 @@ async fn the_pace_is_asked_between_rounds_and_holds_the_next_one_back() {
     let began = tokio::time::Instant::now();
     let (outcome, _) = h.run().await;
     assert_eq!(outcome.end, TurnEnd::Completed);
-    // Three rounds: asked before the second and the third, never before the first.
+    // Three rounds: asked once before the first, and between rounds before the second and
+    // the third; each answer held its round back.
+    assert_eq!(
+        pace.asked_first.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
     assert_eq!(pace.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert!(began.elapsed() >= Duration::from_secs(10));
+    assert!(began.elapsed() >= Duration::from_secs(15));
 }

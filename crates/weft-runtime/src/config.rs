@@ -139,8 +139,9 @@ pub struct ServerConfig {
     /// The largest REST request body (a document's text, a graph, an agent); past it 413
     /// `too_large`.
     pub max_request_bytes: usize,
-    /// The longest a running turn's next round waits for the turns that began starting
-    /// before it (so a burst's first frames go out sooner); 0: rounds never wait.
+    /// The longest a running turn's next round (and a new turn's first, in a burst of up to
+    /// 1,024 starts) waits for the turns that began starting before it (so a burst's first
+    /// frames go out sooner); 0: rounds never wait.
     pub start_priority_ms: u64,
     /// The least time between two text chunks of one response (the first goes at once, the
     /// last as soon as the response ends; what streams meanwhile goes out together): fewer

@@ -2,7 +2,10 @@
 //! turn about to begin another round first waits until the other turns that began starting
 //! before that moment have started (their start committed and acknowledged). A burst of new
 //! turns is then answered ahead of the rounds of the turns already running, instead of
-//! behind them in the runtime's queues (Tokio has no priorities). Only a busy process
+//! behind them in the runtime's queues (Tokio has no priorities). A new turn's first round
+//! waits the same way while the starts in flight fit in one of the writer's batches
+//! ([`FIRST_ROUND_WAITS_UP_TO`]), so a burst's later messages are taken in before its first
+//! turns' rounds run. Only a busy process
 //! waits ([`BUSY`] turns or more): with fewer turns, a start waits behind a few milliseconds
 //! of their rounds at most, and a round would only wait for another turn's commit. With no
 //! other start in flight a round only yields, so a lone turn never waits here. No wait lasts
@@ -21,6 +24,12 @@ use weft_core::Pace;
 
 /// Turns in the process from which rounds wait for starts.
 pub const BUSY: usize = 64;
+
+/// Starts in flight up to which a new turn's first round waits for them too: a burst the
+/// writer commits in one batch (1,024 ops). Beyond that (10,000 turns at once) most first
+/// rounds would wait out the whole bound for commits that cannot come sooner, and the
+/// streams behind them start later (BENCHMARKS).
+pub const FIRST_ROUND_WAITS_UP_TO: u64 = 1024;
 
 /// This process's turn starts in flight, and the rounds waiting for them.
 pub struct Starts {
@@ -171,6 +180,22 @@ impl TurnStart {
 impl Pace for TurnStart {
     /// Wait for the starts begun by now, this turn's own left out.
     fn between_rounds(&self) -> Option<BoxFuture<'static, ()>> {
+        self.wait_for_earlier_starts()
+    }
+
+    /// The same, while the starts in flight are few enough for one of the writer's batches.
+    fn before_first_round(&self) -> Option<BoxFuture<'static, ()>> {
+        let starts = &self.starts;
+        let ended = starts.ended.load(Ordering::SeqCst);
+        if starts.begun.load(Ordering::SeqCst).saturating_sub(ended) > FIRST_ROUND_WAITS_UP_TO {
+            return None;
+        }
+        self.wait_for_earlier_starts()
+    }
+}
+
+impl TurnStart {
+    fn wait_for_earlier_starts(&self) -> Option<BoxFuture<'static, ()>> {
         let starts = &self.starts;
         if starts.max_wait.is_zero() || starts.turns.load(Ordering::Relaxed) < BUSY {
             return None;
@@ -267,6 +292,50 @@ mod tests {
         assert!((&mut wait).now_or_never().is_none());
         drop(start);
         assert!((&mut wait).now_or_never().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_first_round_waits_for_the_other_starts_in_flight() {
+        let (starts, _crowd) = busy(MAX_WAIT);
+        let (_, earlier) = starts.begin();
+        let (pace, own) = starts.begin();
+        let mut wait = pace.before_first_round().expect("another start in flight");
+        assert!((&mut wait).now_or_never().is_none());
+        drop(earlier);
+        assert!((&mut wait).now_or_never().is_some());
+        assert!(
+            pace.before_first_round().is_none(),
+            "only its own start is left"
+        );
+        drop(own);
+    }
+
+    #[tokio::test]
+    async fn a_first_round_goes_at_once_when_more_starts_wait_than_one_batch_holds() {
+        let (starts, _crowd) = busy(MAX_WAIT);
+        let mut burst: Vec<_> = (0..FIRST_ROUND_WAITS_UP_TO)
+            .map(|_| starts.begin())
+            .collect();
+        let (pace, _own) = starts.begin();
+        assert!(
+            pace.before_first_round().is_none(),
+            "{} starts in flight",
+            in_flight(&starts)
+        );
+        assert!(
+            pace.between_rounds().is_some(),
+            "a later round still waits for them"
+        );
+        burst.truncate(FIRST_ROUND_WAITS_UP_TO as usize - 1);
+        assert!(pace.before_first_round().is_some(), "one batch's worth");
+    }
+
+    #[tokio::test]
+    async fn a_quiet_process_never_holds_a_first_round() {
+        let starts = Arc::new(Starts::new(MAX_WAIT, Histogram::new([1.0])));
+        let (_, _earlier) = starts.begin();
+        let (pace, _own) = starts.begin();
+        assert!(pace.before_first_round().is_none(), "fewer than BUSY turns");
     }
 
     #[tokio::test(start_paused = true)]
