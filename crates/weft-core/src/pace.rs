@@ -1,7 +1,8 @@
-//! What a turn waits for between one round and the next. A host may hold a running turn
-//! back there (the server lets the turns that arrived before that moment start first); with
-//! no pace, or nothing to wait for, the turn only yields, so a provider and tools that never
-//! wait cannot run a whole turn in one poll and starve every other task on the worker.
+//! What a turn waits for before a level's first round and between one round and the next. A
+//! host may hold the turn back there (the server lets the turns that arrived before that
+//! moment start first); between rounds, with no pace or nothing to wait for, the turn only
+//! yields, so a provider and tools that never wait cannot run a whole turn in one poll and
+//! starve every other task on the worker.
 
 use futures::future::BoxFuture;
 
