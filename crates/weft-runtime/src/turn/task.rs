@@ -64,8 +64,8 @@ pub(super) struct Resumed {
     pub takeovers: u32,
 }
 
-/// How the turn's task begins.
-// One per turn, moved once: not worth a box.
+/// How the turn's task begins (boxed into the task: a future keeps room for its arguments
+/// for its whole life, moved out or not).
 #[allow(clippy::large_enum_variant)]
 enum Begin {
     New(NewStart),
@@ -227,18 +227,21 @@ impl Runtime {
             }),
             (None, _, _) => unreachable!("a new turn always takes a lease row and a start"),
         };
-        self.turns.spawn(task.run(begin, spec, mode));
+        self.turns
+            .spawn(task.run(Box::new(begin), Box::new(spec), mode));
     }
 }
 
 impl TurnTask {
-    async fn run(self, begin: Begin, mut spec: TurnSpec, mode: Arc<dyn ExecutionMode>) {
+    /// The turn, from its start (or where it was taken up) to its end. `begin` and `spec` come
+    /// boxed: the task's future keeps room for its arguments as long as it runs.
+    async fn run(self, begin: Box<Begin>, mut spec: Box<TurnSpec>, mode: Arc<dyn ExecutionMode>) {
         self.runtime.metrics.active_turns.inc();
         let model = spec.model.clone();
         let max_history_tokens = spec.config.max_history_tokens;
         // The turn's frames wait behind `turn_started`, which waits for the start's commit.
         self.thread.hold_frames();
-        let begun = match begin {
+        let begun = match unboxed(begin) {
             Begin::New(start) => {
                 // The start and the end are boxed: only the running turn's own state stays
                 // in its task for as long as it streams.
@@ -450,14 +453,19 @@ impl TurnTask {
 
     /// Run the mode (its events reach the clients through `forward`, on the turn's own
     /// task), flushing streaming text at least every second.
-    async fn drive(&self, spec: TurnSpec, mode: Arc<dyn ExecutionMode>, record: TurnRecord<'_>) {
+    async fn drive(
+        &self,
+        spec: Box<TurnSpec>,
+        mode: Arc<dyn ExecutionMode>,
+        record: TurnRecord<'_>,
+    ) {
         let span = telemetry::turn_span(
             &self.thread.id,
             &self.agent_name,
             &self.message_id,
             &self.mode_name,
         );
-        let run = mode.run(spec).instrument(span.clone());
+        let run = mode.run(unboxed(spec)).instrument(span.clone());
         tokio::pin!(run);
         let mut flush =
             tokio::time::interval_at(tokio::time::Instant::now() + FLUSH_EVERY, FLUSH_EVERY);
@@ -548,6 +556,13 @@ impl TurnTask {
         self.runtime.metrics.error(code);
         self.thread.publish(ServerEvent::error(code, message, None));
     }
+}
+
+/// What `boxed` holds, its box freed now (moving out of a box in an async function keeps the
+/// box's memory until the function ends).
+#[allow(clippy::boxed_local)] // taking the box is the point
+fn unboxed<T>(boxed: Box<T>) -> T {
+    *boxed
 }
 
 /// The outcome of a turn whose final answer was on record when its process died: that
