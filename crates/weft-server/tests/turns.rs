@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::{kinds, of_type, text_of, thread_of, TestServer};
+use support::{kinds, of_type, text_of, thread_of, Client, TestServer};
 
 fn slow_script() -> serde_json::Value {
     json!({"conversations": [{"match": "*", "steps": [
@@ -31,6 +31,22 @@ async fn wait_until_completed(server: &TestServer, thread: &str) {
         assert!(Instant::now() < deadline, "the turn did not end");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The client leaves after seeing up to `last_seq`; once the turn has ended on its own, a new
+/// client resumes from there: the frames it gets.
+async fn resume_after_the_end(
+    server: &TestServer,
+    client: Client,
+    thread: &str,
+    last_seq: u64,
+) -> Vec<serde_json::Value> {
+    client.close().await;
+    wait_until_completed(server, thread).await;
+    let mut c = server.client().await;
+    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}))
+        .await;
+    c.turn().await
 }
 
 #[tokio::test]
@@ -140,13 +156,7 @@ async fn resuming_a_tool_heavy_turn_replays_every_card_in_order() {
     let seen = c.recv_until(|f| f["type"] == "turn_started").await;
     let thread = thread_of(&seen);
     let started = seen.last().unwrap()["seq"].as_u64().unwrap();
-    c.close().await;
-    wait_until_completed(&server, &thread).await;
-
-    let mut c = server.client().await;
-    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": started}}))
-        .await;
-    let rest = c.turn().await;
+    let rest = resume_after_the_end(&server, c, &thread, started).await;
     // Every card, in order, none missing, from memory (no stored snapshot first).
     let cards = &rest[..80];
     assert!(
@@ -282,12 +292,7 @@ async fn resuming_a_big_turn_after_it_ended_gets_the_whole_answer() {
     }
     let thread = thread_of(&seen);
     let last_seq = seen.last().unwrap()["seq"].as_u64().unwrap();
-    c.close().await;
-    wait_until_completed(&server, &thread).await;
-    let mut c = server.client().await;
-    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": last_seq}}))
-        .await;
-    let rest = c.turn().await;
+    let rest = resume_after_the_end(&server, c, &thread, last_seq).await;
     let message = &of_type(&rest, "message")[0]["message"];
     assert_eq!(message["content"].as_str().unwrap().len(), 225 * 4096);
     assert!(rest.iter().all(|f| f["seq"].as_u64().unwrap() > last_seq));
