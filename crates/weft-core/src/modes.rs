@@ -2,6 +2,8 @@
 //! unified tool-calling loop) is registered by default; others plug in without touching it.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -48,8 +50,17 @@ impl ExecutionMode for ClassicMode {
         config.iterations_per_level()
     }
 
-    async fn run(&self, spec: TurnSpec) -> TurnOutcome {
-        run_classic_turn(spec).await
+    /// The loop's future boxed as it is (an `async fn` here would box a future holding the
+    /// spec beside the loop's own copy of it: ~500 bytes a running turn).
+    fn run<'life0, 'async_trait>(
+        &'life0 self,
+        spec: TurnSpec,
+    ) -> Pin<Box<dyn Future<Output = TurnOutcome> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(run_classic_turn(spec))
     }
 }
 

@@ -200,12 +200,8 @@ async fn drive(
         if advise {
             surfaced.push_str(&awareness::advisory(turn, sampled.usage));
         }
-        Arc::make_mut(history).push(ChatMessage::assistant(
-            surfaced,
-            calls.iter().map(|c| c.request.clone()).collect(),
-        ));
-
         if calls.is_empty() {
+            Arc::make_mut(history).push(ChatMessage::assistant(surfaced, Vec::new()));
             if level.output_schema.is_some() && !turn.is_stopped() {
                 Arc::make_mut(history).push(ChatMessage::user(prompts::FINISH_SUBTASK_REMINDER));
                 continue;
@@ -214,6 +210,15 @@ async fn drive(
         }
 
         let results = dispatch(turn, level, &calls, &mut guard).await;
+        // The response joins the history once its calls have run: its requests move there
+        // rather than being copied for the length of the round. Room for it and its results,
+        // no more: a turn holds its history while it runs, and doubling leaves up to half spare.
+        let history_now = Arc::make_mut(history);
+        history_now.reserve_exact(1 + results.len());
+        history_now.push(ChatMessage::assistant(
+            surfaced,
+            calls.into_iter().map(|c| c.request).collect(),
+        ));
         let advisory = advise.then(|| awareness::advisory(turn, sampled.usage));
         if let Some(end) = take_results(
             turn,

@@ -17,7 +17,7 @@ use crate::memory::AgentMemory;
 use crate::message::ChatMessage;
 use crate::pace::Pace;
 use crate::provider::Provider;
-use crate::record::{ModelCallRecord, Recorder};
+use crate::record::Recorder;
 use crate::resume::Resume;
 use crate::toolbelt::Toolbelt;
 use crate::tree::ToolCallRecord;
@@ -215,7 +215,8 @@ pub struct TurnOutcome {
     pub totals: UsageTotals,
     pub provider: String,
     pub model: String,
-    pub model_calls: Vec<ModelCallRecord>,
+    /// Provider calls this run of the turn made (their records went to the recorder).
+    pub model_calls: u32,
     /// The root history after the turn: the input history plus every message the turn added.
     pub history: Vec<ChatMessage>,
     /// The planner's plan, when the agent plans first.

@@ -23,12 +23,106 @@ pub struct ToolCallRecord {
 }
 
 #[derive(Debug, Default)]
-#[allow(clippy::vec_box)]
 pub struct TreeBuilder {
-    /// Boxed while building: a turn holds these for its whole life, and a Vec of boxes
-    /// wastes far less on spare capacity than a Vec of 160-byte nodes.
-    nodes: Vec<Box<ExecutionTreeNode>>,
+    nodes: Vec<Node>,
     records: Vec<ToolCallRecord>,
+}
+
+/// A node while the turn runs: its texts end to end in one allocation, which a turn holds
+/// for each of its calls for its whole life (a node of separate strings took five
+/// allocations and half as much room again).
+#[derive(Debug)]
+struct Node {
+    /// The id, parent id, name, title, arguments preview and result preview, end to end.
+    text: Box<str>,
+    /// Where each text but the last ends in `text` (the result preview runs to its end).
+    ends: [u32; TEXTS - 1],
+    /// Which texts are present, one bit each (the id and the name always are).
+    present: u8,
+    is_error: Option<bool>,
+    duration_ms: f64,
+}
+
+const TEXTS: usize = 6;
+const ID: usize = 0;
+const PARENT: usize = 1;
+const NAME: usize = 2;
+const TITLE: usize = 3;
+const ARGS: usize = 4;
+const RESULT: usize = 5;
+
+impl Node {
+    fn new(texts: [Option<&str>; TEXTS - 1]) -> Node {
+        let mut text = String::with_capacity(texts.iter().flatten().map(|t| t.len()).sum());
+        let mut ends = [0; TEXTS - 1];
+        let mut present = 0;
+        for (at, t) in texts.iter().enumerate() {
+            if let Some(t) = t {
+                text.push_str(t);
+                present |= 1 << at;
+            }
+            ends[at] = offset(text.len());
+        }
+        Node {
+            text: text.into_boxed_str(),
+            ends,
+            present,
+            is_error: None,
+            duration_ms: 0.0,
+        }
+    }
+
+    fn text(&self, at: usize) -> Option<&str> {
+        if self.present & (1 << at) == 0 {
+            return None;
+        }
+        let start = if at == 0 {
+            0
+        } else {
+            self.ends[at - 1] as usize
+        };
+        let end = self
+            .ends
+            .get(at)
+            .map_or(self.text.len(), |&end| end as usize);
+        self.text.get(start..end)
+    }
+
+    fn id(&self) -> &str {
+        self.text(ID).unwrap_or_default()
+    }
+
+    /// Put `result` in place of the node's result preview (none: no result).
+    fn set_result(&mut self, result: Option<&str>) {
+        let kept = self.ends[RESULT - 1] as usize;
+        let mut text = String::with_capacity(kept + result.map_or(0, str::len));
+        text.push_str(&self.text[..kept]);
+        text.push_str(result.unwrap_or_default());
+        self.text = text.into_boxed_str();
+        match result {
+            Some(_) => self.present |= 1 << RESULT,
+            None => self.present &= !(1 << RESULT),
+        }
+    }
+
+    fn into_snapshot(self) -> ExecutionTreeNode {
+        let owned = |at| self.text(at).map(str::to_owned);
+        ExecutionTreeNode {
+            id: self.id().to_owned(),
+            parent_id: owned(PARENT),
+            name: self.text(NAME).unwrap_or_default().to_owned(),
+            title: owned(TITLE),
+            args_preview: owned(ARGS),
+            result_preview: owned(RESULT),
+            is_error: self.is_error,
+            duration_ms: self.duration_ms,
+        }
+    }
+}
+
+/// A text's end as a node keeps it (no preview comes near 4 GB).
+fn offset(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 impl TreeBuilder {
@@ -79,16 +173,14 @@ impl TreeBuilder {
             .and_then(|a| a.get("title"))
             .and_then(|t| t.as_str())
             .map(preview);
-        self.nodes.push(Box::new(ExecutionTreeNode {
-            id: id.to_owned(),
-            parent_id: parent_id.map(str::to_owned),
-            name: name.to_owned(),
-            title,
-            args_preview: args.map(|a| preview(&crate::validate::compact(a))),
-            result_preview: None,
-            is_error: None,
-            duration_ms: 0.0,
-        }));
+        let args = args.map(|a| preview(&crate::validate::compact(a)));
+        self.nodes.push(Node::new([
+            Some(id),
+            parent_id,
+            Some(name),
+            title.as_deref(),
+            args.as_deref(),
+        ]));
         self.records.push(ToolCallRecord {
             depth,
             status: None,
@@ -107,11 +199,11 @@ impl TreeBuilder {
         metadata: Option<&ToolResultMetadata>,
     ) {
         // Ends come soon after their starts: search from the newest.
-        let Some(at) = self.nodes.iter().rposition(|n| n.id == id) else {
+        let Some(at) = self.nodes.iter().rposition(|n| n.id() == id) else {
             return;
         };
         let node = &mut self.nodes[at];
-        node.result_preview = result.map(preview);
+        node.set_result(result.map(preview).as_deref());
         node.is_error = is_error;
         if let Some(m) = metadata {
             node.duration_ms = m.execution_time_ms;
@@ -130,10 +222,93 @@ impl TreeBuilder {
                 version: 1,
                 nodes: std::mem::take(&mut self.nodes)
                     .into_iter()
-                    .map(|n| *n)
+                    .map(Node::into_snapshot)
                     .collect(),
             },
             std::mem::take(&mut self.records),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn nodes_give_back_every_text_they_were_built_with() {
+        let mut tree = TreeBuilder::default();
+        tree.start("c1", None, "read_file", Some(&json!({"path": "a"})), 0);
+        tree.start(
+            "c2",
+            Some("c1"),
+            "run_subtask",
+            Some(&json!({"title": "Look", "goal": "é"})),
+            1,
+        );
+        tree.start("c3", Some("c1"), "now", None, 1);
+        tree.end("c2", Some("found ✓"), Some(false), None);
+        tree.end("c1", Some(""), None, None);
+        tree.end("unknown", Some("ignored"), Some(true), None);
+        let (snapshot, records) = tree.take();
+        let texts: Vec<_> = snapshot
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.id.as_str(),
+                    n.parent_id.as_deref(),
+                    n.name.as_str(),
+                    n.title.as_deref(),
+                    n.args_preview.as_deref(),
+                    n.result_preview.as_deref(),
+                    n.is_error,
+                )
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                (
+                    "c1",
+                    None,
+                    "read_file",
+                    None,
+                    Some(r#"{"path":"a"}"#),
+                    Some(""),
+                    None
+                ),
+                (
+                    "c2",
+                    Some("c1"),
+                    "run_subtask",
+                    Some("Look"),
+                    Some(r#"{"goal":"é","title":"Look"}"#),
+                    Some("found ✓"),
+                    Some(false)
+                ),
+                ("c3", Some("c1"), "now", None, None, None, None),
+            ]
+        );
+        assert_eq!(records.len(), 3);
+        assert!(tree.take().0.nodes.is_empty());
+    }
+
+    #[test]
+    fn a_second_end_replaces_the_first_result() {
+        let mut tree = TreeBuilder::default();
+        tree.start("c1", None, "echo", Some(&json!("x")), 0);
+        tree.end("c1", Some("first"), Some(true), None);
+        tree.end("c1", Some("second, longer"), Some(false), None);
+        let node = &tree.take().0.nodes[0];
+        assert_eq!(node.args_preview.as_deref(), Some(r#""x""#));
+        assert_eq!(node.result_preview.as_deref(), Some("second, longer"));
+        assert_eq!(node.is_error, Some(false));
+        let mut tree = TreeBuilder::default();
+        tree.start("c1", None, "echo", None, 0);
+        tree.end("c1", Some("first"), None, None);
+        tree.end("c1", None, None, None);
+        assert_eq!(tree.take().0.nodes[0].result_preview, None);
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
@@ -91,7 +92,8 @@ pub(crate) struct Turn {
     pub cancel: CancellationToken,
     end: OnceLock<TurnEnd>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    model_calls: Mutex<Vec<ModelCallRecord>>,
+    /// Provider calls this run made (their records go to the recorder, not kept here).
+    model_calls: AtomicU32,
     /// A resumed turn's text so far and cut round, taken by the root level when it starts.
     resume: Mutex<Option<Resume>>,
     /// Cut subtasks waiting to go on, by the id of the call that runs them.
@@ -127,7 +129,7 @@ impl Turn {
             cancel: spec.cancel.child_token(),
             end: OnceLock::new(),
             locks: Mutex::new(HashMap::new()),
-            model_calls: Mutex::new(Vec::new()),
+            model_calls: AtomicU32::new(0),
             asked_before: spec
                 .resume
                 .iter()
@@ -217,7 +219,7 @@ impl Turn {
 
     pub fn record_model_call(&self, record: ModelCallRecord) {
         self.recorder.model_call(&record);
-        self.model_calls.lock().push(record);
+        self.model_calls.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -254,7 +256,7 @@ pub(crate) fn finish(
         totals,
         provider: turn.llm.provider.name().to_owned(),
         model: turn.llm.model.to_string(),
-        model_calls: std::mem::take(&mut *turn.model_calls.lock()),
+        model_calls: turn.model_calls.load(Ordering::Relaxed),
         history,
         plan: None,
         attachments: Vec::new(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::tools::{Behaviour, TestTool};
-use support::{assert_no_orphans, lines, result_of, Harness};
+use support::{assert_no_orphans, lines, result_of, Harness, ModelCalls};
 use weft_core::{Role, TurnEnd};
 use weft_protocol::{ApprovalStatus, ServerEvent, ToolCategory, ToolResultStatus};
 
@@ -30,7 +30,7 @@ async fn a_trivial_question_is_answered_directly() {
     assert_eq!(outcome.text, "Hello");
     assert!(outcome.tree.nodes.is_empty());
     assert_eq!(outcome.history.len(), 2);
-    assert_eq!(outcome.model_calls.len(), 1);
+    assert_eq!(outcome.model_calls, 1);
 }
 
 #[tokio::test]
@@ -364,9 +364,11 @@ async fn cancelling_mid_tool_leaves_no_orphaned_call() {
 
 #[tokio::test]
 async fn a_provider_error_ends_the_turn_keeping_partial_text() {
-    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+    let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         {"chunks": ["partial ", "answer"], "error": {"kind": "http_status", "status": 500}}
     ]}]}));
+    let model_calls = std::sync::Arc::new(ModelCalls::default());
+    h.recorder = model_calls.clone();
     let (outcome, events) = h.run().await;
     assert_eq!(outcome.text, "partial answer");
     assert!(
@@ -375,7 +377,7 @@ async fn a_provider_error_ends_the_turn_keeping_partial_text() {
         outcome.end
     );
     assert_eq!(
-        outcome.model_calls[0]
+        model_calls.0.lock()[0]
             .error
             .as_deref()
             .map(|e| e.contains("500")),
@@ -490,14 +492,18 @@ async fn tree_previews_are_capped_at_500_characters() {
 
 #[tokio::test]
 async fn every_model_call_is_accounted() {
-    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+    let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         {"tool_calls": [{"name": "echo", "arguments": {}}], "usage": {"input_tokens": 7, "output_tokens": 3}},
         {"text": "ok", "usage": {"input_tokens": 11, "output_tokens": 2}}
     ]}]}))
     .tool(TestTool::new("echo"));
+    let model_calls = std::sync::Arc::new(ModelCalls::default());
+    h.recorder = model_calls.clone();
     let (outcome, _) = h.run().await;
-    let calls: Vec<_> = outcome
-        .model_calls
+    assert_eq!(outcome.model_calls, 2);
+    let calls: Vec<_> = model_calls
+        .0
+        .lock()
         .iter()
         .map(|c| (c.depth, c.input_tokens, c.output_tokens, c.error.clone()))
         .collect();

@@ -64,6 +64,18 @@ pub struct Harness {
     pub chunk_interval: std::time::Duration,
 }
 
+/// A recorder that keeps every provider call's record.
+#[derive(Default)]
+pub struct ModelCalls(pub Mutex<Vec<weft_core::ModelCallRecord>>);
+
+impl weft_core::Recorder for ModelCalls {
+    fn assistant(&self, _: weft_core::Place<'_>, _: &str, _: &[weft_protocol::RecordedCall]) {}
+    fn results(&self, _: weft_core::Place<'_>, _: &[weft_core::RecordedResult]) {}
+    fn model_call(&self, call: &weft_core::ModelCallRecord) {
+        self.0.lock().push(call.clone());
+    }
+}
+
 /// A recorder that keeps a line per recorded round, for asserting the record.
 #[derive(Default)]
 pub struct RecordLines(pub Mutex<Vec<String>>);

@@ -523,7 +523,7 @@ impl TurnTask {
 
     fn count(&self, outcome: &TurnOutcome) {
         let metrics = &self.runtime.metrics;
-        metrics.model_calls.inc_by(outcome.model_calls.len() as u64);
+        metrics.model_calls.inc_by(u64::from(outcome.model_calls));
         for (direction, tokens) in [
             ("input", outcome.totals.input_tokens),
             ("output", outcome.totals.output_tokens),
@@ -587,7 +587,7 @@ fn answered_outcome(spec: &TurnSpec) -> TurnOutcome {
         },
         provider: spec.provider.name().to_owned(),
         model: spec.model.clone(),
-        model_calls: Vec::new(),
+        model_calls: 0,
         history: Vec::new(),
         plan: None,
         attachments: Vec::new(),
