@@ -188,7 +188,7 @@ impl CallSite {
         let mut replay = self.replay.lock();
         let same = replay
             .front()
-            .is_some_and(|m| m.request().name == name && m.request().arguments == arguments);
+            .is_some_and(|m| m.request().name == name && &*m.request().arguments == arguments);
         if same {
             replay.pop_front()
         } else {
@@ -245,7 +245,7 @@ impl CallSite {
             request: ToolCallRequest {
                 id: wire_id,
                 name: name.to_owned(),
-                arguments,
+                arguments: arguments.into(),
             },
         };
         let place = self.level.place();

@@ -169,7 +169,7 @@ fn preflight<'a>(
     let parsed = parse_arguments(&request.arguments);
     let shown_args = match &parsed {
         Ok(map) => Value::Object(map.clone()),
-        Err(_) => Value::String(request.arguments.clone()),
+        Err(_) => Value::String(request.arguments.to_string()),
     };
     let planned = |action, injected| Planned {
         call,
@@ -312,7 +312,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) ->
     let started_at = unix_now();
     let started = Instant::now();
     if !level.quiet {
-        turn.events.emit(ServerEvent::ToolCallUpdate {
+        let start = ServerEvent::ToolCallUpdate {
             tool_call_id: call.wire_id.clone(),
             name: name.clone(),
             status: ToolCallStatus::Start,
@@ -322,7 +322,8 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) ->
             parent_id: level.parent_id.clone(),
             depth: level.depth,
             metadata: None,
-        });
+        };
+        turn.events.emit_call_start(start, &call.request.arguments);
     }
 
     // Every call the model emits counts, refused ones included.
@@ -710,7 +711,7 @@ pub(crate) fn maybe_ran(turn: &Turn, level: &Level, call: &Call) -> CallResult {
     if !level.quiet {
         let args = parse_arguments(&call.request.arguments)
             .map(Value::Object)
-            .unwrap_or_else(|_| Value::String(call.request.arguments.clone()));
+            .unwrap_or_else(|_| Value::String(call.request.arguments.to_string()));
         for (status, args, result) in [
             (ToolCallStatus::Start, Some(args), None),
             (ToolCallStatus::End, None, Some(content.clone())),

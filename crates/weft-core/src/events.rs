@@ -62,6 +62,17 @@ impl EventSink {
 
     pub fn emit(&self, event: ServerEvent) {
         self.inner.tree.lock().observe(&event);
+        self.deliver(event);
+    }
+
+    /// Emit a call's `start`, whose arguments the model sent as `raw`: the tree keeps that
+    /// text (shared with the history) rather than a copy when it is what the card shows.
+    pub fn emit_call_start(&self, event: ServerEvent, raw: &Arc<str>) {
+        self.inner.tree.lock().observe_call(&event, Some(raw));
+        self.deliver(event);
+    }
+
+    fn deliver(&self, event: ServerEvent) {
         match &self.inner.listener {
             Listener::Nobody => {}
             // A closed receiver means nobody listens any more; the turn goes on regardless.

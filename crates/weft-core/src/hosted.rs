@@ -165,7 +165,7 @@ impl HostedTurn {
         let request = ToolCallRequest {
             id: wire_id.clone(),
             name: name.to_owned(),
-            arguments: args.to_string(),
+            arguments: args.to_string().into(),
         };
         let call = Call {
             wire_id: wire_id.clone(),
@@ -184,7 +184,7 @@ impl HostedTurn {
     /// that it may or may not have taken effect.
     pub fn reopen_call(&self, cut: &CutCall) -> Result<OpenCall, String> {
         let args = serde_json::from_str(&cut.call.request.arguments)
-            .unwrap_or_else(|_| Value::String(cut.call.request.arguments.clone()));
+            .unwrap_or_else(|_| Value::String(cut.call.request.arguments.to_string()));
         let made = cut
             .child
             .as_ref()

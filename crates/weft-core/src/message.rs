@@ -1,5 +1,7 @@
 //! The conversation as providers see it: roles, text or image content, tool calls and results.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use weft_protocol::MessageContent;
 
@@ -11,12 +13,13 @@ pub enum Role {
     Tool,
 }
 
-/// A tool call exactly as the model emitted it; `arguments` is raw JSON text and may be malformed.
+/// A tool call exactly as the model emitted it; `arguments` is raw JSON text and may be
+/// malformed. Shared: the history and the turn's execution tree hold the same text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRequest {
     pub id: String,
     pub name: String,
-    pub arguments: String,
+    pub arguments: Arc<str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

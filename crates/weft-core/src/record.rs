@@ -120,7 +120,7 @@ impl Call {
             id: self.wire_id.clone(),
             call_id: self.request.id.clone(),
             name: self.request.name.clone(),
-            arguments: self.request.arguments.clone(),
+            arguments: self.request.arguments.to_string(),
         }
     }
 }

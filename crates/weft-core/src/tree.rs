@@ -2,8 +2,10 @@
 //! `tool_call_update` events as a turn runs, or from calls and results read back from the
 //! record (the same `start` and `end`).
 
+use std::sync::Arc;
+
 use serde_json::Value;
-use weft_protocol::tree::preview;
+use weft_protocol::tree::{preview, PREVIEW_MAX_CHARS};
 use weft_protocol::{
     ApprovalStatus, ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, ToolCallStatus,
     ToolResultMetadata, ToolResultStatus,
@@ -30,11 +32,13 @@ pub struct TreeBuilder {
 
 /// A node while the turn runs: its texts end to end in one allocation, which a turn holds
 /// for each of its calls for its whole life (a node of separate strings took five
-/// allocations and half as much room again).
+/// allocations and half as much room again), and its arguments' preview, most often the
+/// very text the history holds.
 #[derive(Debug)]
 struct Node {
-    /// The id, parent id, name, title, arguments preview and result preview, end to end.
+    /// The id, parent id, name, title and result preview, end to end.
     text: Box<str>,
+    args: Option<Arc<str>>,
     /// Where each text but the last ends in `text` (the result preview runs to its end).
     ends: [u32; TEXTS - 1],
     /// Which texts are present, one bit each (the id and the name always are).
@@ -43,16 +47,15 @@ struct Node {
     duration_ms: f64,
 }
 
-const TEXTS: usize = 6;
+const TEXTS: usize = 5;
 const ID: usize = 0;
 const PARENT: usize = 1;
 const NAME: usize = 2;
 const TITLE: usize = 3;
-const ARGS: usize = 4;
-const RESULT: usize = 5;
+const RESULT: usize = 4;
 
 impl Node {
-    fn new(texts: [Option<&str>; TEXTS - 1]) -> Node {
+    fn new(texts: [Option<&str>; TEXTS - 1], args: Option<Arc<str>>) -> Node {
         let mut text = String::with_capacity(texts.iter().flatten().map(|t| t.len()).sum());
         let mut ends = [0; TEXTS - 1];
         let mut present = 0;
@@ -65,6 +68,7 @@ impl Node {
         }
         Node {
             text: text.into_boxed_str(),
+            args,
             ends,
             present,
             is_error: None,
@@ -112,7 +116,7 @@ impl Node {
             parent_id: owned(PARENT),
             name: self.text(NAME).unwrap_or_default().to_owned(),
             title: owned(TITLE),
-            args_preview: owned(ARGS),
+            args_preview: self.args.as_deref().map(str::to_owned),
             result_preview: owned(RESULT),
             is_error: self.is_error,
             duration_ms: self.duration_ms,
@@ -128,6 +132,12 @@ fn offset(len: usize) -> u32 {
 impl TreeBuilder {
     /// Feed one event: a `tool_call_update` starts or ends a node; anything else is ignored.
     pub fn observe(&mut self, event: &ServerEvent) {
+        self.observe_call(event, None);
+    }
+
+    /// Feed one event, a call's `start` with its arguments as the model sent them (`raw`):
+    /// the node keeps that text itself when it is what the preview shows.
+    pub fn observe_call(&mut self, event: &ServerEvent, raw: Option<&Arc<str>>) {
         let ServerEvent::ToolCallUpdate {
             tool_call_id,
             name,
@@ -143,11 +153,11 @@ impl TreeBuilder {
             return;
         };
         match status {
-            ToolCallStatus::Start => self.start(
+            ToolCallStatus::Start => self.start_sharing(
                 tool_call_id,
                 parent_id.as_deref(),
                 name,
-                args.as_ref(),
+                args.as_ref().map(|a| (a, raw)),
                 *depth,
             ),
             ToolCallStatus::End => self.end(
@@ -168,19 +178,35 @@ impl TreeBuilder {
         args: Option<&Value>,
         depth: u32,
     ) {
+        self.start_sharing(id, parent_id, name, args.map(|a| (a, None)), depth);
+    }
+
+    /// A call started, with its arguments as the model sent them when they are known.
+    fn start_sharing(
+        &mut self,
+        id: &str,
+        parent_id: Option<&str>,
+        name: &str,
+        args: Option<(&Value, Option<&Arc<str>>)>,
+        depth: u32,
+    ) {
         let title = args
             .filter(|_| name == "run_subtask")
-            .and_then(|a| a.get("title"))
+            .and_then(|(a, _)| a.get("title"))
             .and_then(|t| t.as_str())
             .map(preview);
-        let args = args.map(|a| preview(&crate::validate::compact(a)));
-        self.nodes.push(Node::new([
-            Some(id),
-            parent_id,
-            Some(name),
-            title.as_deref(),
-            args.as_deref(),
-        ]));
+        let args = args.map(|(a, raw)| {
+            let shown = crate::validate::compact(a);
+            match raw {
+                // Under the preview's limit in bytes, so in characters too.
+                Some(raw) if shown.len() <= PREVIEW_MAX_CHARS && **raw == *shown => raw.clone(),
+                _ => Arc::from(preview(&shown)),
+            }
+        });
+        self.nodes.push(Node::new(
+            [Some(id), parent_id, Some(name), title.as_deref()],
+            args,
+        ));
         self.records.push(ToolCallRecord {
             depth,
             status: None,
@@ -310,5 +336,44 @@ mod tests {
         tree.end("c1", Some("first"), None, None);
         tree.end("c1", None, None, None);
         assert_eq!(tree.take().0.nodes[0].result_preview, None);
+    }
+}
+
+#[cfg(test)]
+mod sharing {
+    use serde_json::json;
+
+    use super::*;
+
+    fn start(tree: &mut TreeBuilder, id: &str, args: Value, raw: &Arc<str>) {
+        let event = ServerEvent::ToolCallUpdate {
+            tool_call_id: id.to_owned(),
+            name: "echo".to_owned(),
+            status: ToolCallStatus::Start,
+            args: Some(args),
+            result: None,
+            is_error: None,
+            parent_id: None,
+            depth: 0,
+            metadata: None,
+        };
+        tree.observe_call(&event, Some(raw));
+    }
+
+    #[test]
+    fn a_node_keeps_the_models_own_arguments_when_they_are_its_preview() {
+        let mut tree = TreeBuilder::default();
+        let compact: Arc<str> = Arc::from(r#"{"a":1}"#);
+        let spaced: Arc<str> = Arc::from(r#"{ "a": 1 }"#);
+        let long: Arc<str> = Arc::from(json!({"a": "x".repeat(600)}).to_string());
+        start(&mut tree, "c1", json!({"a": 1}), &compact);
+        start(&mut tree, "c2", json!({"a": 1}), &spaced);
+        start(&mut tree, "c3", serde_json::from_str(&long).unwrap(), &long);
+        let kept: Vec<&Arc<str>> = tree.nodes.iter().flat_map(|n| &n.args).collect();
+        assert!(Arc::ptr_eq(kept[0], &compact));
+        assert!(!Arc::ptr_eq(kept[1], &spaced));
+        assert_eq!(&**kept[1], r#"{"a":1}"#);
+        assert_eq!(kept[2].chars().count(), PREVIEW_MAX_CHARS);
+        assert!(kept[2].ends_with('…'));
     }
 }

@@ -23,7 +23,7 @@ fn call(id: &str, name: &str) -> Call {
         request: ToolCallRequest {
             id: id.to_owned(),
             name: name.to_owned(),
-            arguments: json!({"n": id}).to_string(),
+            arguments: json!({"n": id}).to_string().into(),
         },
     }
 }
@@ -183,7 +183,9 @@ async fn a_subtask_cut_mid_way_goes_on_from_its_own_last_round() {
         .mode(PermissionMode::Auto)
         .config(|c| c.max_total_subtasks = 1);
     let mut subtask = call("s", "run_subtask");
-    subtask.request.arguments = json!({"title": "t", "instructions": "careful"}).to_string();
+    subtask.request.arguments = json!({"title": "t", "instructions": "careful"})
+        .to_string()
+        .into();
     let first = call("w0", "write");
     let mut h = cut_after(
         h,

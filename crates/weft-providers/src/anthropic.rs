@@ -204,7 +204,7 @@ impl EventDecoder {
                     out.push(ProviderEvent::ToolCall(ToolCallRequest {
                         id,
                         name,
-                        arguments,
+                        arguments: arguments.into(),
                     }));
                 }
             }

@@ -231,7 +231,7 @@ impl ChunkDecoder {
                 ProviderEvent::ToolCall(ToolCallRequest {
                     id,
                     name,
-                    arguments,
+                    arguments: arguments.into(),
                 })
             })
             .collect()

@@ -204,7 +204,7 @@ impl ScriptedProvider {
                 ToolCallRequest {
                     id,
                     name: c.name.clone(),
-                    arguments,
+                    arguments: arguments.into(),
                 }
             })
             .collect()

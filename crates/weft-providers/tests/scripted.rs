@@ -69,7 +69,7 @@ async fn the_first_matching_conversation_and_the_step_by_assistant_count() {
         calls[0].0
     );
     assert_eq!(
-        (calls[0].1.as_str(), calls[0].2.as_str()),
+        (calls[0].1.as_str(), &*calls[0].2),
         ("run_subtask", "{\"title\":\"A\"}")
     );
     assert_eq!(calls[1].0, "fixed");
@@ -198,7 +198,7 @@ async fn a_fresh_provider_continues_the_script_from_a_resumed_history() {
     let call = |id: &str, path: &str| ToolCallRequest {
         id: id.into(),
         name: "write_file".into(),
-        arguments: json!({"path": path}).to_string(),
+        arguments: json!({"path": path}).to_string().into(),
     };
     // Cut after the first round: its call and its result are on record.
     let resumed = vec![

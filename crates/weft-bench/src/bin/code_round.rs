@@ -66,7 +66,7 @@ impl Provider for FakeModel {
                 Ok(ProviderEvent::ToolCall(ToolCallRequest {
                     id: format!("c{round}_{i}"),
                     name: "noop".into(),
-                    arguments: format!("{{\"i\":{i}}}"),
+                    arguments: format!("{{\"i\":{i}}}").into(),
                 }))
             }));
         }

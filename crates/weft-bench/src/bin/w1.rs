@@ -139,7 +139,7 @@ impl Provider for FakeModel {
                 Ok(ProviderEvent::ToolCall(ToolCallRequest {
                     id: format!("call_{round}_{j}"),
                     name: "noop".to_owned(),
-                    arguments: format!("{{\"i\":{j}}}"),
+                    arguments: format!("{{\"i\":{j}}}").into(),
                 }))
             }));
             events.push(Ok(usage));

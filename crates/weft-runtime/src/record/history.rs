@@ -117,7 +117,7 @@ fn turn_pieces(entries: Vec<RecordEntry>) -> Vec<Piece> {
                     .map(|c| ToolCallRequest {
                         id: c.call_id,
                         name: c.name,
-                        arguments: c.arguments,
+                        arguments: c.arguments.into(),
                     })
                     .collect();
                 slots.push(Slot::Round(ChatMessage::assistant(text, calls), Vec::new()));

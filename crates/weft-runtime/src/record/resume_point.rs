@@ -334,7 +334,7 @@ fn rounds(root: &[RecordEntry]) -> (Vec<ChatMessage>, Vec<Call>, bool) {
                         request: ToolCallRequest {
                             id: c.call_id.clone(),
                             name: c.name.clone(),
-                            arguments: c.arguments.clone(),
+                            arguments: c.arguments.as_str().into(),
                         },
                     })
                     .collect();
