@@ -337,15 +337,8 @@ mod tests {
         tree.end("c1", None, None, None);
         assert_eq!(tree.take().0.nodes[0].result_preview, None);
     }
-}
 
-#[cfg(test)]
-mod sharing {
-    use serde_json::json;
-
-    use super::*;
-
-    fn start(tree: &mut TreeBuilder, id: &str, args: Value, raw: &Arc<str>) {
+    fn start_with_raw(tree: &mut TreeBuilder, id: &str, args: Value, raw: &Arc<str>) {
         let event = ServerEvent::ToolCallUpdate {
             tool_call_id: id.to_owned(),
             name: "echo".to_owned(),
@@ -366,9 +359,9 @@ mod sharing {
         let compact: Arc<str> = Arc::from(r#"{"a":1}"#);
         let spaced: Arc<str> = Arc::from(r#"{ "a": 1 }"#);
         let long: Arc<str> = Arc::from(json!({"a": "x".repeat(600)}).to_string());
-        start(&mut tree, "c1", json!({"a": 1}), &compact);
-        start(&mut tree, "c2", json!({"a": 1}), &spaced);
-        start(&mut tree, "c3", serde_json::from_str(&long).unwrap(), &long);
+        start_with_raw(&mut tree, "c1", json!({"a": 1}), &compact);
+        start_with_raw(&mut tree, "c2", json!({"a": 1}), &spaced);
+        start_with_raw(&mut tree, "c3", serde_json::from_str(&long).unwrap(), &long);
         let kept: Vec<&Arc<str>> = tree.nodes.iter().flat_map(|n| &n.args).collect();
         assert!(Arc::ptr_eq(kept[0], &compact));
         assert!(!Arc::ptr_eq(kept[1], &spaced));
