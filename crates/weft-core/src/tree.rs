@@ -137,7 +137,7 @@ impl TreeBuilder {
 
     /// Feed one event, a call's `start` with its arguments as the model sent them (`raw`):
     /// the node keeps that text itself when it is what the preview shows.
-    pub fn observe_call(&mut self, event: &ServerEvent, raw: Option<&Arc<str>>) {
+    pub(crate) fn observe_call(&mut self, event: &ServerEvent, raw: Option<&Arc<str>>) {
         let ServerEvent::ToolCallUpdate {
             tool_call_id,
             name,
