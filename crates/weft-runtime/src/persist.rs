@@ -89,22 +89,22 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
     if let Some((code, message)) = end_error(&outcome.end, record.provider) {
         metadata["error"] = json!({"code": code, "message": message});
     }
-    // Text alone, or (with generated media) the text then the media as parts.
+    // Text alone, or (with generated media) the text then the media as parts; the outcome
+    // gives its text up rather than keep a copy while the end commits.
+    let text = std::mem::take(&mut outcome.text);
     let content = if outcome.attachments.is_empty() {
-        MessageContent::Text(outcome.text.clone())
+        MessageContent::Text(text)
     } else {
         let mut parts = Vec::with_capacity(outcome.attachments.len() + 1);
-        if !outcome.text.is_empty() {
-            parts.push(weft_protocol::ContentPart::Text {
-                text: outcome.text.clone(),
-            });
+        if !text.is_empty() {
+            parts.push(weft_protocol::ContentPart::Text { text });
         }
         parts.extend(outcome.attachments.iter().cloned());
         MessageContent::Parts(parts)
     };
     let message = NewMessage {
         metadata: Some(metadata.to_string()),
-        content: serde_json::to_value(&content).unwrap_or_else(|_| json!(outcome.text)),
+        content: serde_json::to_value(&content).unwrap_or_else(|_| json!(content.text())),
         // The record holds every call and result: the tree is rebuilt from it when read
         // (`record::views::stored_message`), not written twice.
         execution_tree: None,

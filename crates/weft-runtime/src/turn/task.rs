@@ -465,18 +465,23 @@ impl TurnTask {
             &self.message_id,
             &self.mode_name,
         );
-        let run = mode.run(unboxed(spec)).instrument(span.clone());
-        tokio::pin!(run);
+        // The mode's future is boxed (so `Unpin`): it is freed below, once it has ended.
+        let mut run = mode.run(unboxed(spec)).instrument(span.clone());
         let mut flush =
             tokio::time::interval_at(tokio::time::Instant::now() + FLUSH_EVERY, FLUSH_EVERY);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let outcome = loop {
+        let mut outcome = loop {
             tokio::select! {
                 outcome = &mut run => break outcome,
                 _ = flush.tick() => self.log.flush(),
             }
         };
         telemetry::turn_ended(&span, end_status(&outcome.end));
+        // What the end's commit does not need is freed before waiting for it: the finished
+        // mode's future, the turn's history and its calls' records (the record has them).
+        drop(run);
+        drop(std::mem::take(&mut outcome.history));
+        drop(std::mem::take(&mut outcome.tool_calls));
         Box::pin(self.finish(outcome, &record)).await;
     }
 
