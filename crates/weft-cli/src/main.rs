@@ -7,9 +7,10 @@ mod telemetry;
 /// mimalloc: less memory per small allocation and faster than the system allocator for a
 /// server that holds thousands of small turns and connections. Built without transparent
 /// huge pages (`no_thp`): a 2 MiB page zeroed on first touch for a few small turns cost ~6 %
-/// of the peak RSS under load; CPU is the same either way (docs/BENCHMARKS.md). (The
-/// `system-alloc` feature leaves the system allocator in place, for heap profilers that hook
-/// malloc.)
+/// of the peak RSS under load; CPU is the same either way (docs/BENCHMARKS.md). Version 2
+/// (`v2`), not the crate's default 3: it holds ~4 KiB less a running W1 turn for the same
+/// CPU, and as much in W2. (The `system-alloc` feature leaves the system allocator in place,
+/// for heap profilers that hook malloc.)
 #[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
