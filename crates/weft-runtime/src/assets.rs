@@ -91,7 +91,7 @@ impl AssetStore {
             .map(|m| m.id)
             .collect();
         for item in &items {
-            sources.push(item.message_id.clone());
+            sources.push(item.message_id.to_string());
             if let Ok(body) = serde_json::from_str::<serde_json::Value>(&item.body) {
                 call_ids(&body, &mut sources);
             }

@@ -63,11 +63,7 @@ async fn a_trivial_answer_streams_and_is_persisted() {
     assert_eq!(threads[0]["title"], "hi there");
     let calls = server.store().model_calls(&thread).await.unwrap();
     assert_eq!(
-        (
-            calls.len(),
-            calls[0].provider.as_str(),
-            calls[0].user_id.as_str()
-        ),
+        (calls.len(), calls[0].provider.as_str(), &*calls[0].user_id),
         (1, "scripted", "local")
     );
     server.stop().await;
@@ -415,7 +411,7 @@ async fn a_message_that_replaces_an_answer_drops_its_exchange() {
     let items = server.store().thread_items(&thread).await.unwrap();
     assert!(!items.is_empty());
     assert!(
-        items.iter().all(|i| kept.contains(&i.message_id.as_str())),
+        items.iter().all(|i| kept.contains(&&*i.message_id)),
         "no record item of a dropped message is left"
     );
     // What was spent stays on record: every model call of the thread, dropped ones too.

@@ -100,8 +100,9 @@ impl NewMessage {
 /// result, at any depth of a turn (`message_id` is the turn's assistant message).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemRow {
-    pub thread_id: String,
-    pub message_id: String,
+    /// Shared by every row of a turn (and with its log): a burst keeps many rows waiting.
+    pub thread_id: Arc<str>,
+    pub message_id: Arc<str>,
     /// Order within the turn.
     pub position: i64,
     /// `assistant` (one response) or `tool_results` (a round's results, a JSON array). A
@@ -127,8 +128,8 @@ impl ItemRow {
 
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(ItemRow {
-            thread_id: get(row, "thread_id")?,
-            message_id: get(row, "message_id")?,
+            thread_id: get::<String>(row, "thread_id")?.into(),
+            message_id: get::<String>(row, "message_id")?.into(),
             position: get(row, "position")?,
             kind: get(row, "kind")?,
             parent_id: get(row, "parent_id")?,
@@ -143,9 +144,10 @@ impl ItemRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelCallRow {
     pub id: String,
-    pub thread_id: String,
-    pub message_id: String,
-    pub user_id: String,
+    /// Shared by every row of a turn (and with its log).
+    pub thread_id: Arc<str>,
+    pub message_id: Arc<str>,
+    pub user_id: Arc<str>,
     pub provider: String,
     pub model: String,
     pub depth: i64,
@@ -167,9 +169,9 @@ impl ModelCallRow {
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self> {
         Ok(ModelCallRow {
             id: get(row, "id")?,
-            thread_id: get(row, "thread_id")?,
-            message_id: get(row, "message_id")?,
-            user_id: get(row, "user_id")?,
+            thread_id: get::<String>(row, "thread_id")?.into(),
+            message_id: get::<String>(row, "message_id")?.into(),
+            user_id: get::<String>(row, "user_id")?.into(),
             provider: get(row, "provider")?,
             model: get(row, "model")?,
             depth: get(row, "depth")?,

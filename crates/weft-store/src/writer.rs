@@ -672,7 +672,7 @@ impl<'a> Plan<'a> {
             WriteOp::Items(rows) => {
                 for row in rows {
                     // The same item twice in one statement is an error: the later one wins.
-                    let key = (row.message_id.as_str(), row.position);
+                    let key = (&*row.message_id, row.position);
                     match self.item_at.get(&key) {
                         Some(&i) => self.items[i] = row,
                         None => {
@@ -726,7 +726,12 @@ impl<'a> Plan<'a> {
             .collect();
         // A fence checks before what it guards, and a turn's end also removes its lease.
         let alone = self.fences.is_empty() && self.finished.is_empty();
-        alone && busy.len() == 1 && CHUNKS.contains(&busy[0])
+        alone && busy.len() == 1 && CHUNKS.contains(&busy[0]) && self.items_fit_one_statement()
+    }
+
+    /// Whether the items (if any) go out in one statement.
+    fn items_fit_one_statement(&self) -> bool {
+        chunk_len(&self.items, item_bytes) == self.items.len()
     }
 
     /// Whether the plan is only rounds of turns one replica runs: their fences and items that
@@ -736,7 +741,8 @@ impl<'a> Plan<'a> {
         let others = self.rows_besides_items();
         b == Backend::Postgres
             && others.iter().all(|&n| n == 0)
-            && CHUNKS.contains(&self.items.len())
+            && !self.items.is_empty()
+            && self.items_fit_one_statement()
             && (1..=64).contains(&self.fences.len())
             && self
                 .fences
@@ -790,12 +796,20 @@ impl<'a> Plan<'a> {
     }
 
     async fn execute(&self, conn: &mut AnyConnection, b: Backend) -> Result<()> {
-        insert_many(conn, b, &THREADS, &self.threads, bind_thread).await?;
+        insert_many(conn, b, &THREADS, &self.threads, bind_thread, light).await?;
         for (thread_id, position) in &self.drops {
             drop_messages(conn, thread_id, *position).await?;
         }
-        insert_many(conn, b, &MESSAGES, &self.begin_messages, bind_message).await?;
-        insert_many(conn, b, &LEASES, &self.leases, bind_lease).await?;
+        insert_many(
+            conn,
+            b,
+            &MESSAGES,
+            &self.begin_messages,
+            bind_message,
+            light,
+        )
+        .await?;
+        insert_many(conn, b, &LEASES, &self.leases, bind_lease, light).await?;
         check_fences(conn, b, &self.fences, &self.finished).await?;
         touch_threads(conn, &self.touched).await?;
         for (id, mode) in &self.modes {
@@ -820,8 +834,8 @@ impl<'a> Plan<'a> {
                 .execute(&mut *conn)
                 .await?;
         }
-        insert_many(conn, b, &ITEMS, &self.items, bind_item).await?;
-        insert_many(conn, b, &APPROVALS, &self.approvals, bind_approval).await?;
+        insert_many(conn, b, &ITEMS, &self.items, bind_item, item_bytes).await?;
+        insert_many(conn, b, &APPROVALS, &self.approvals, bind_approval, light).await?;
         for (thread_id, id, status) in &self.decisions {
             sqlx::query(
                 "UPDATE approvals SET status = $1, decided_at = $2 WHERE thread_id = $3 AND id = $4 AND status = 'pending'",
@@ -833,9 +847,17 @@ impl<'a> Plan<'a> {
             .execute(&mut *conn)
             .await?;
         }
-        insert_many(conn, b, &FINISHED_MESSAGES, &self.finished, bind_message).await?;
+        insert_many(
+            conn,
+            b,
+            &FINISHED_MESSAGES,
+            &self.finished,
+            bind_message,
+            light,
+        )
+        .await?;
         end_leases(conn, &self.finished, &self.fences).await?;
-        insert_many(conn, b, &MODEL_CALLS, &self.models, bind_model_call).await?;
+        insert_many(conn, b, &MODEL_CALLS, &self.models, bind_model_call, light).await?;
         Ok(())
     }
 }
@@ -1042,20 +1064,50 @@ pub(crate) const MODEL_CALLS: InsertSql = InsertSql {
 /// of distinct (prepared and cached) statements whatever the batch size.
 const CHUNKS: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
 
+/// Most bytes of values one statement carries. sqlx copies a statement's values twice on their
+/// way out (into its arguments, then into the connection's write buffer, which keeps the size
+/// of the largest statement it sent), so a burst's big items go out in smaller statements: at
+/// the peak of a W1 burst on PostgreSQL, statements of up to 256 rounds held ~3 MB of copies.
+const STATEMENT_BYTES: usize = 128 * 1024;
+
+/// How many of `rows` the next statement takes: the largest chunk no longer than the rows
+/// left and, where rows are weighed by `bytes`, no heavier than [`STATEMENT_BYTES`] (one row
+/// at least).
+fn chunk_len<T>(rows: &[T], bytes: fn(&T) -> usize) -> usize {
+    let mut total = 0;
+    let fit = rows
+        .iter()
+        .take(CHUNKS[0])
+        .take_while(|row| {
+            total += bytes(row);
+            total <= STATEMENT_BYTES
+        })
+        .count()
+        .max(1);
+    CHUNKS.iter().copied().find(|&n| n <= fit).unwrap_or(1)
+}
+
+/// A row whose values are small: its table's statements are sized by row count alone.
+fn light<T>(_: &T) -> usize {
+    0
+}
+
+/// An item's values, roughly: its body and its keys.
+fn item_bytes(item: &&ItemRow) -> usize {
+    item.body.len() + item.kind.len() + item.thread_id.len() + item.message_id.len()
+}
+
 pub(crate) async fn insert_many<T>(
     conn: &mut AnyConnection,
     backend: Backend,
     sql: &InsertSql,
     rows: &[T],
     bind: for<'q> fn(AnyQuery<'q>, &'q T) -> AnyQuery<'q>,
+    bytes: fn(&T) -> usize,
 ) -> Result<()> {
     let mut rest = rows;
     while !rest.is_empty() {
-        let size = CHUNKS
-            .iter()
-            .copied()
-            .find(|&n| n <= rest.len())
-            .unwrap_or(1);
+        let size = chunk_len(rest, bytes);
         let (chunk, tail) = rest.split_at(size);
         rest = tail;
         let text = insert_text(backend, sql, size);
@@ -1119,8 +1171,8 @@ pub(crate) fn bind_message<'q>(q: AnyQuery<'q>, m: &'q &NewMessage) -> AnyQuery<
 }
 
 pub(crate) fn bind_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
-    q.bind(i.thread_id.as_str())
-        .bind(i.message_id.as_str())
+    q.bind(&*i.thread_id)
+        .bind(&*i.message_id)
         .bind(i.position)
         .bind(i.kind.as_str())
         .bind(i.parent_id.as_deref())
@@ -1149,9 +1201,9 @@ fn bind_approval<'q>(q: AnyQuery<'q>, r: &'q &ApprovalRow) -> AnyQuery<'q> {
 
 pub(crate) fn bind_model_call<'q>(q: AnyQuery<'q>, r: &'q &ModelCallRow) -> AnyQuery<'q> {
     q.bind(r.id.as_str())
-        .bind(r.thread_id.as_str())
-        .bind(r.message_id.as_str())
-        .bind(r.user_id.as_str())
+        .bind(&*r.thread_id)
+        .bind(&*r.message_id)
+        .bind(&*r.user_id)
         .bind(r.provider.as_str())
         .bind(r.model.as_str())
         .bind(r.depth)
@@ -1241,6 +1293,20 @@ mod tests {
             names(&jobs),
             ["earlier start", "start", "came", "round", "later"]
         );
+    }
+
+    #[test]
+    fn statements_are_sized_by_rows_and_by_the_bytes_of_heavy_ones() {
+        assert_eq!(chunk_len(&[(); 1000], light), 256);
+        assert_eq!(chunk_len(&[(); 100], light), 64);
+        assert_eq!(chunk_len(&[(); 1], light), 1);
+        let rows = vec![2_400usize; 1000];
+        let bytes: fn(&usize) -> usize = |n| *n;
+        // 128 KiB holds 54 rounds of W1: the chunk below that is 32.
+        assert_eq!(chunk_len(&rows, bytes), 32);
+        assert_eq!(chunk_len(&rows[..20], bytes), 16);
+        // A row over the bound goes alone.
+        assert_eq!(chunk_len(&[STATEMENT_BYTES * 2, 1, 1], bytes), 1);
     }
 
     #[test]

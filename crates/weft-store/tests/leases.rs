@@ -360,7 +360,7 @@ async fn renewals_and_fenced_batches_do_not_deadlock_on_postgres() {
                 continue;
             }
             let mut item = item(&id(i), round as i64);
-            item.thread_id = format!("dt{i}");
+            item.thread_id = format!("dt{i}").into();
             ops.extend([fence(&id(i), "a"), WriteOp::Items(vec![item])]);
             if ends {
                 let mut done = message_in(&format!("dt{i}"), &id(i), "completed");

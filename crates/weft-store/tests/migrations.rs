@@ -87,7 +87,7 @@ async fn sqlite_record_rows_survive_the_rebuild_without_foreign_keys() {
     assert_eq!(
         (
             call.id.as_str(),
-            call.user_id.as_str(),
+            &*call.user_id,
             call.input_tokens,
             call.output_tokens,
             call.tool_calls,

@@ -385,6 +385,27 @@ async fn record(store: &Store) {
             .id,
         "late"
     );
+
+    // A batch of heavy items (over a megabyte) goes out in several statements, none too big
+    // to copy cheaply, and comes back whole and in order.
+    let heavy: Vec<ItemRow> = (0..300)
+        .map(|i| {
+            item(
+                "h",
+                "early",
+                100 + i,
+                0,
+                &format!("{{\"v\":\"{}\"}}", "x".repeat(4000 + i as usize)),
+            )
+        })
+        .collect();
+    store.write(WriteOp::Items(heavy)).await.unwrap();
+    let back = store.turn_items("t3", "early").await.unwrap();
+    assert_eq!(back.len(), 303);
+    for (i, row) in back[3..].iter().enumerate() {
+        assert_eq!(row.position, 100 + i as i64);
+        assert_eq!(row.body.len(), 4008 + i, "item {i}");
+    }
 }
 
 /// A new thread of `owner`'s, as a turn's start writes it.

@@ -48,7 +48,7 @@ pub async fn tool_calls(store: &Store, thread_id: &str) -> Result<Vec<ToolCallRo
                     for call in tool_calls {
                         at.insert(call.id.clone(), rows.len());
                         rows.push(ToolCallRow {
-                            message_id: item.message_id.clone(),
+                            message_id: item.message_id.to_string(),
                             tool_call_id: call.id,
                             parent_id: super::shown_parent(item).map(str::to_owned),
                             depth: item.depth,

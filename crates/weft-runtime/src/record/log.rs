@@ -34,9 +34,10 @@ pub struct TurnLog {
     /// This log, for the write callback to flush what was held meanwhile.
     me: Weak<TurnLog>,
     store: Store,
-    thread_id: String,
-    message_id: String,
-    user_id: String,
+    /// Shared with every row the log writes.
+    thread_id: Arc<str>,
+    message_id: Arc<str>,
+    user_id: Arc<str>,
     cancel: CancellationToken,
     /// The turn's lease: nothing is written once it is lost.
     lease: Arc<TurnLease>,
@@ -55,6 +56,8 @@ struct LogState {
     held: Vec<WriteOp>,
     /// Items held for the next flush (after `held`).
     items: Vec<ItemRow>,
+    /// Provider calls held for the next flush (after the items), written as one op.
+    models: Vec<ModelCallRow>,
     /// A write of this turn is on its way; the next flush waits for it.
     in_flight: bool,
     /// The write in flight, until it lands: moved ahead by [`TurnLog::hurry`] while the writer
@@ -88,9 +91,9 @@ impl TurnLog {
         Arc::new_cyclic(|me| TurnLog {
             me: me.clone(),
             store,
-            thread_id: thread_id.to_owned(),
-            message_id: message_id.to_owned(),
-            user_id: user_id.to_owned(),
+            thread_id: thread_id.into(),
+            message_id: message_id.into(),
+            user_id: user_id.into(),
             cancel,
             lease,
             failure: Arc::default(),
@@ -215,7 +218,10 @@ impl TurnLog {
             self.flush();
             {
                 let state = self.state.lock();
-                let idle = !state.in_flight && state.held.is_empty() && state.items.is_empty();
+                let idle = !state.in_flight
+                    && state.held.is_empty()
+                    && state.items.is_empty()
+                    && state.models.is_empty();
                 if idle || self.failure.lock().is_some() {
                     return;
                 }
@@ -254,6 +260,9 @@ impl TurnLog {
         let mut ops = std::mem::take(&mut state.held);
         if !state.items.is_empty() {
             ops.push(WriteOp::Items(std::mem::take(&mut state.items)));
+        }
+        if !state.models.is_empty() {
+            ops.push(WriteOp::ModelCalls(std::mem::take(&mut state.models)));
         }
         ops
     }
@@ -392,7 +401,7 @@ impl Recorder for TurnLog {
     fn approval_requested(&self, request: &ApprovalRequest<'_>) -> Stored {
         self.hold(WriteOp::InsertApproval(ApprovalRow {
             id: request.id.to_owned(),
-            thread_id: self.thread_id.clone(),
+            thread_id: self.thread_id.to_string(),
             tool: request.tool.to_owned(),
             arguments: request.args.to_string(),
             status: "pending".to_owned(),
@@ -412,7 +421,7 @@ impl Recorder for TurnLog {
 
     fn approval_resolved(&self, id: &str, outcome: ApprovalOutcome) {
         self.submit(WriteOp::DecideApproval {
-            thread_id: self.thread_id.clone(),
+            thread_id: self.thread_id.to_string(),
             id: id.to_owned(),
             status: outcome.status().to_owned(),
         });
@@ -439,7 +448,7 @@ impl Recorder for TurnLog {
             created_at: now_ms(),
         };
         state.model_calls += 1;
-        state.held.push(WriteOp::ModelCalls(vec![row]));
+        state.models.push(row);
     }
 }
 

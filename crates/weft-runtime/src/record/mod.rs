@@ -14,6 +14,8 @@ pub mod views;
 
 pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 
+use std::sync::Arc;
+
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
 
@@ -50,8 +52,8 @@ impl ItemKind {
 /// Where an item goes: its turn, its position in the turn, its level.
 #[derive(Debug, Clone, Copy)]
 pub struct ItemPlace<'a> {
-    pub thread_id: &'a str,
-    pub message_id: &'a str,
+    pub thread_id: &'a Arc<str>,
+    pub message_id: &'a Arc<str>,
     pub position: i64,
     pub parent_id: Option<&'a str>,
     pub depth: u32,
@@ -60,8 +62,8 @@ pub struct ItemPlace<'a> {
 impl ItemPlace<'_> {
     fn row(&self, kind: ItemKind, body: String) -> ItemRow {
         ItemRow {
-            thread_id: self.thread_id.to_owned(),
-            message_id: self.message_id.to_owned(),
+            thread_id: self.thread_id.clone(),
+            message_id: self.message_id.clone(),
             position: self.position,
             kind: kind.as_str().to_owned(),
             parent_id: self.parent_id.map(str::to_owned),

@@ -446,15 +446,19 @@ fn emptied_draft(draft: &ItemRow) -> ItemRow {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, LazyLock};
+
     use weft_protocol::RecordedCall;
 
     use super::super::results_row;
     use super::*;
 
     fn place(position: i64, parent_id: Option<&str>, depth: u32) -> ItemPlace<'_> {
+        static THREAD: LazyLock<Arc<str>> = LazyLock::new(|| "t".into());
+        static MESSAGE: LazyLock<Arc<str>> = LazyLock::new(|| "m".into());
         ItemPlace {
-            thread_id: "t",
-            message_id: "m",
+            thread_id: &THREAD,
+            message_id: &MESSAGE,
             position,
             parent_id,
             depth,

@@ -223,7 +223,7 @@ pub async fn thread_messages(
     // Turn by turn in record order: each turn's items are one run.
     let by_turn: HashMap<&str, &[ItemRow]> = items
         .chunk_by(|a, b| a.message_id == b.message_id)
-        .map(|run| (run[0].message_id.as_str(), run))
+        .map(|run| (&*run[0].message_id, run))
         .collect();
     Ok(rows
         .iter()

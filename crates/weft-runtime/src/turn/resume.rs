@@ -154,7 +154,7 @@ impl Runtime {
         let items = store.turn_items(&thread.id, &message.id).await?;
         let approvals = store.approvals(&thread.id).await?;
         let mut model_calls = store.model_calls(&thread.id).await?;
-        model_calls.retain(|m| m.message_id == message.id);
+        model_calls.retain(|m| *m.message_id == *message.id);
         let mut point = resume_point(&items, &approvals, &model_calls, message.created_at);
         if mode_name == weft_codemode::CODE {
             // What a code turn said is its runs' output, not its responses (its code).
@@ -166,7 +166,7 @@ impl Runtime {
             .filter(|m| m.position < message.position)
             .collect();
         let mut root_items = store.root_items(&thread.id).await?;
-        root_items.retain(|i| i.message_id != message.id);
+        root_items.retain(|i| *i.message_id != *message.id);
         let mut history = provider_history(
             &earlier,
             &root_items,

@@ -351,7 +351,7 @@ impl TurnTask {
         if let Some(cut) = cut {
             messages.retain(|m| m.position < cut);
             let kept: HashSet<&str> = messages.iter().map(|m| m.id.as_str()).collect();
-            items.retain(|item| kept.contains(item.message_id.as_str()));
+            items.retain(|item| kept.contains(&*item.message_id));
         }
         let record = TurnRecord {
             thread_id: &self.thread.id,
