@@ -10,6 +10,7 @@ pub mod audit;
 pub mod history;
 mod log;
 pub mod resume_point;
+mod stored;
 pub mod views;
 
 pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
@@ -18,6 +19,8 @@ use std::sync::Arc;
 
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
+
+use stored::StoredEntry;
 
 /// What one stored item holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,11 +89,12 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
     )
 }
 
-/// An item holding one round's results.
+/// An item holding one round's results (in their stored form, see [`stored`]).
 pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
+    let stored: Vec<StoredEntry<'_>> = results.iter().map(StoredEntry).collect();
     place.row(
         ItemKind::ToolResults,
-        serde_json::to_string(results).unwrap_or_else(|_| "[]".to_owned()),
+        serde_json::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
     )
 }
 
