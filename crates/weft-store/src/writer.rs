@@ -731,7 +731,7 @@ impl<'a> Plan<'a> {
 
     /// Whether the items (if any) go out in one statement.
     fn items_fit_one_statement(&self) -> bool {
-        chunk_len(&self.items, item_bytes) == self.items.len()
+        self.items.is_empty() || chunk_len(&self.items, item_bytes) == self.items.len()
     }
 
     /// Whether the plan is only rounds of turns one replica runs: their fences and items that
@@ -1307,6 +1307,42 @@ mod tests {
         assert_eq!(chunk_len(&rows[..20], bytes), 16);
         // A row over the bound goes alone.
         assert_eq!(chunk_len(&[STATEMENT_BYTES * 2, 1, 1], bytes), 1);
+    }
+
+    fn plan_of(ops: &[WriteOp]) -> Plan<'_> {
+        let mut plan = Plan::default();
+        ops.iter().for_each(|op| plan.add(op));
+        plan
+    }
+
+    fn item(position: i64, body_bytes: usize) -> ItemRow {
+        ItemRow {
+            thread_id: "t".into(),
+            message_id: "m".into(),
+            position,
+            kind: "assistant".into(),
+            parent_id: None,
+            depth: 0,
+            body: "x".repeat(body_bytes),
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_plan_is_one_statement_only_when_its_rows_fit_one() {
+        let decided = [WriteOp::DecideApproval {
+            thread_id: "t".into(),
+            id: "a".into(),
+            status: "approved".into(),
+        }];
+        assert!(plan_of(&decided).is_one_statement());
+        let light = [WriteOp::Items((0..32).map(|i| item(i, 100)).collect())];
+        assert!(plan_of(&light).is_one_statement());
+        // Thirty-two heavy items are two statements, so the plan needs its transaction.
+        let heavy = [WriteOp::Items((0..32).map(|i| item(i, 8_000)).collect())];
+        assert!(!plan_of(&heavy).is_one_statement());
+        let odd = [WriteOp::Items((0..3).map(|i| item(i, 100)).collect())];
+        assert!(!plan_of(&odd).is_one_statement());
     }
 
     #[test]
