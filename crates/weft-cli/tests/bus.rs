@@ -31,6 +31,15 @@ async fn replica_with(db: &Db, nats: &Nats, script: &Value, id: &str, server: &s
     Server::start_with(db, script, &config).await
 }
 
+/// A replica as [`replica`] makes it, holding its turns' leases for `lease_ms`.
+async fn replica_leasing(db: &Db, nats: &Nats, script: &Value, id: &str, lease_ms: u64) -> Server {
+    let config = format!(
+        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = {lease_ms}\nheartbeat_ms = 250\n",
+        nats.url
+    );
+    Server::start_with(db, script, &config).await
+}
+
 /// A replica as [`replica`] makes it that closes the turns dead replicas left.
 async fn interrupting_replica(db: &Db, nats: &Nats, script: &Value, id: &str) -> Server {
     let config = format!(
@@ -270,7 +279,9 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
     let nats = Nats::start().await;
     let store = Store::connect(&db.url).await.unwrap();
     let script = write_script();
-    let a = replica(&db, &nats, &script, "a").await;
+    // A's lease outlasts the answer's way to B (with time to spare on a loaded machine).
+    let lease_ms = 4000;
+    let a = replica_leasing(&db, &nats, &script, "a", lease_ms).await;
     let b = replica(&db, &nats, &script, "b").await;
     let mut on_a = a.connect().await;
     let (thread, call) = waiting_turn(&mut on_a, "write it", None).await;
@@ -302,10 +313,10 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
         "{refused}"
     );
     eprintln!(
-        "the turn ran again {} ms after its owner died (lease 1500 ms)",
+        "the turn ran again {} ms after its owner died (lease {lease_ms} ms)",
         killed.elapsed().as_millis()
     );
-    assert!(killed.elapsed() < Duration::from_millis(1500 + 1000 + 1000));
+    assert!(killed.elapsed() < Duration::from_millis(lease_ms + 1000 + 1000));
     let resumed = frames
         .iter()
         .find(|f| f["type"] == "turn_resumed")
@@ -476,6 +487,64 @@ async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn
         .unwrap();
     assert_eq!(message.status, "completed");
     assert_eq!(message.content, json!("first part. second part."));
+    shut_down(vec![b], nats, Some(store), db).await;
+}
+
+#[tokio::test]
+async fn a_client_resuming_a_dead_replicas_turn_before_anyone_takes_it_up_follows_it_until_one_does(
+) {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let script = write_script();
+    let a = replica(&db, &nats, &script, "a").await;
+    // B looks for turns dead replicas left only every 5 s: A's lease has expired, and
+    // nobody has taken its turn up, when the client resumes through B.
+    let config = format!(
+        "{NO_USER_LIMITS}[cluster]\nreplica_id = \"b\"\nnats_url = \"{}\"\nlease_ms = 15000\nheartbeat_ms = 5000\n",
+        nats.url
+    );
+    let b = Server::start_with(&db, &script, &config).await;
+    let mut on_a = a.connect().await;
+    let (thread, call) = waiting_turn(&mut on_a, "write it", None).await;
+    let message = store
+        .last_assistant_message(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    a.kill().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store
+        .lease(&message.id)
+        .await
+        .unwrap()
+        .is_some_and(|l| l.owner == "a" && l.expires_at > weft_store::now_ms())
+    {
+        assert!(Instant::now() < deadline, "A's lease never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut on_b = b.connect().await;
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    // Not answered as if the turn had ended: followed until B takes it up and asks again.
+    let frames = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    assert!(!frames.iter().any(|f| is_done(f)), "{frames:?}");
+    assert!(
+        frames.iter().any(|f| f["type"] == "turn_resumed"),
+        "{frames:?}"
+    );
+    send(
+        &mut on_b,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    let frames = until(&mut on_b, is_done).await;
+    assert!(completed(&frames), "{frames:?}");
+    assert_eq!(newest_status(&store, &thread).await, "completed");
     shut_down(vec![b], nats, Some(store), db).await;
 }
 

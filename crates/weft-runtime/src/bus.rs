@@ -62,7 +62,7 @@ pub enum Command {
 /// Carries out commands other replicas send (the runtime).
 #[async_trait::async_trait]
 pub trait CommandHandler: Send + Sync {
-    async fn handle(&self, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal>;
+    async fn handle(self: Arc<Self>, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal>;
     /// Replica `owner` started a turn on `thread_id` (a quick look; any work goes on a task
     /// of its own).
     fn turn_started_elsewhere(self: Arc<Self>, bus: &Arc<Bus>, thread_id: &str, owner: &str);

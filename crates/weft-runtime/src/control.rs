@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weft_protocol::{echo, ApprovalDecision, ErrorCode, PermissionMode, ServerEvent};
-use weft_store::WriteOp;
+use weft_store::{MessageRow, WriteOp};
 
 use crate::bus::Command;
 use crate::error::Refusal;
@@ -267,9 +267,11 @@ impl Runtime {
     /// Replay what `sink` missed of a turn in memory (after the stored snapshot when it
     /// missed more than is kept), then follow it live. With no turn in memory, or a turn that
     /// ended after the client missed more of it than is kept, answer from the store: the
-    /// thread's last assistant message (the whole answer) and `chunk {done: true}`.
+    /// thread's last assistant message (the whole answer) and `chunk {done: true}`. A turn
+    /// stored as running that no replica runs yet (its own died, or this one is taking it
+    /// up) is followed until one does, or it is closed.
     pub(crate) async fn resume_here(
-        &self,
+        self: &Arc<Self>,
         user: &str,
         thread_id: &str,
         last_seq: u64,
@@ -285,7 +287,17 @@ impl Runtime {
             thread.resume(sink, last_seq, snapshot);
             return Ok(());
         }
-        self.answer_from_store(&thread, sink.as_ref(), last_seq)
+        let last = self
+            .store
+            .last_assistant_message(&thread.id)
+            .await
+            .map_err(Refusal::internal)?;
+        if last.as_ref().is_some_and(|m| m.status == "running") {
+            let begun = thread.resume(sink.clone(), last_seq, None);
+            self.await_takeover(user, thread, last_seq, sink, begun);
+            return Ok(());
+        }
+        self.answer_with(&thread, sink.as_ref(), last_seq, last)
             .await?;
         thread.subscribe(sink);
         Ok(())
@@ -299,14 +311,26 @@ impl Runtime {
         sink: &dyn FrameSink,
         last_seq: u64,
     ) -> Result<(), Refusal> {
-        let mut events = Vec::new();
-        let mut after = last_seq;
-        if let Some(message) = self
+        let last = self
             .store
             .last_assistant_message(&thread.id)
             .await
-            .map_err(Refusal::internal)?
-        {
+            .map_err(Refusal::internal)?;
+        self.answer_with(thread, sink, last_seq, last).await
+    }
+
+    /// `last` (the thread's last assistant message, if any), then `chunk {done: true}`, to
+    /// `sink` alone.
+    async fn answer_with(
+        &self,
+        thread: &ThreadRuntime,
+        sink: &dyn FrameSink,
+        last_seq: u64,
+        last: Option<MessageRow>,
+    ) -> Result<(), Refusal> {
+        let mut events = Vec::new();
+        let mut after = last_seq;
+        if let Some(message) = last {
             // Its two frames numbered just below the next turn's floor: after every frame of
             // that turn and before the next turn's, whichever replica ran or runs them.
             after = after.max(turn_seq_floor(message.position + 1).saturating_sub(3));

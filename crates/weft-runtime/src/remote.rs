@@ -164,6 +164,61 @@ impl Runtime {
         }
     }
 
+    /// Follow for `sink` (subscribed here when `begun` turns had begun here) a turn stored as
+    /// running that no replica runs yet: its replica died and none has taken it up, or this
+    /// one is taking it up. Asked again every quiet spell until a turn begins here (it
+    /// reaches `sink` as any subscriber's), another replica runs it (followed there), it is
+    /// found ended (the stored answer ends it), or the client leaves.
+    pub(crate) fn await_takeover(
+        self: &Arc<Self>,
+        user: &str,
+        thread: Arc<ThreadRuntime>,
+        last_seq: u64,
+        sink: Arc<dyn FrameSink>,
+        begun: u64,
+    ) {
+        let runtime = self.clone();
+        let user = user.to_owned();
+        tokio::spawn(async move {
+            let quiet = runtime.leases.heartbeat() * 2;
+            loop {
+                tokio::time::sleep(quiet).await;
+                if sink.is_gone() || thread.turns_begun() != begun {
+                    return;
+                }
+                match runtime.turn_taken_over(&thread.id, "").await {
+                    Owner::Same | Owner::Dead | Owner::Here => {}
+                    Owner::Other(replica) => {
+                        let Some(bus) = runtime.bus.clone() else {
+                            continue;
+                        };
+                        let remote = RemoteTurn { bus, replica };
+                        let followed =
+                            runtime.follow(remote, &user, thread.clone(), last_seq, sink.clone());
+                        match followed.await {
+                            Ok(()) => return,
+                            Err(e) => {
+                                tracing::debug!(error = %e.message, "cannot follow a turn taken up elsewhere yet")
+                            }
+                        }
+                    }
+                    Owner::Ended => {
+                        // A turn that began (and ended) here meanwhile reached `sink` itself.
+                        if thread.turns_begun() == begun {
+                            if let Err(e) = runtime
+                                .answer_from_store(&thread, sink.as_ref(), last_seq)
+                                .await
+                            {
+                                tracing::warn!(error = %e.message, "cannot end a followed turn");
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
     /// Who runs the thread's turn now that `followed` went quiet.
     async fn turn_taken_over(&self, thread_id: &str, followed: &str) -> Owner {
         match self.store.turn_owner(thread_id, now_ms()).await {
@@ -286,7 +341,7 @@ impl Relay {
 
 #[async_trait::async_trait]
 impl CommandHandler for Runtime {
-    async fn handle(&self, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal> {
+    async fn handle(self: Arc<Self>, bus: &Arc<Bus>, command: Command) -> Result<(), Refusal> {
         match command {
             Command::Stop {
                 user,

@@ -60,6 +60,8 @@ struct ThreadState {
     held: Option<Vec<ServerEvent>>,
     /// Subscribers a turn another replica runs is relayed to now.
     following: HashSet<SubscriberId>,
+    /// How many turns began here (taken up ones included).
+    turns_begun: u64,
 }
 
 impl ThreadRuntime {
@@ -88,6 +90,7 @@ impl ThreadRuntime {
                 ended_at: Some(std::time::Instant::now()),
                 held: None,
                 following: HashSet::new(),
+                turns_begun: 0,
             }),
             ended: tokio::sync::Notify::new(),
         }
@@ -206,13 +209,15 @@ impl ThreadRuntime {
     }
 
     /// Queue `first` (a snapshot, when the client needs one) and every buffered frame after
-    /// `last_seq`, then subscribe, with no gap between.
+    /// `last_seq`, then subscribe, with no gap between. Returns how many turns had begun
+    /// here then: every turn that begins later reaches `sink` whole (see
+    /// [`ThreadRuntime::turns_begun`]).
     pub fn resume(
         &self,
         sink: Arc<dyn FrameSink>,
         last_seq: u64,
         first: Option<ServerEvent>,
-    ) -> usize {
+    ) -> u64 {
         let state = self.state.lock();
         let missed = state.replay.after(last_seq, &self.id);
         if let Some(event) = first {
@@ -224,12 +229,17 @@ impl ThreadRuntime {
                 .saturating_sub(1);
             self.send_one(sink.as_ref(), seq, event);
         }
-        let count = missed.frames.len();
         for frame in &missed.frames {
             sink.send(Outgoing { frame, event: None });
         }
+        let begun = state.turns_begun;
         self.add_subscriber(state, sink);
-        count
+        begun
+    }
+
+    /// How many turns began here (taken up ones included).
+    pub fn turns_begun(&self) -> u64 {
+        self.state.lock().turns_begun
     }
 
     /// The subscribers now.
@@ -281,6 +291,7 @@ impl ThreadRuntime {
             return false;
         }
         state.active = Some(cancel);
+        state.turns_begun += 1;
         state.active_message = Some(message_id.to_owned());
         state.replay.clear();
         state.ended_at = None;
