@@ -532,7 +532,7 @@ async fn a_client_resuming_a_dead_replicas_turn_before_anyone_takes_it_up_follow
     .await;
     // Not answered as if the turn had ended: followed until B takes it up and asks again.
     let frames = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
-    assert!(!frames.iter().any(|f| is_done(f)), "{frames:?}");
+    assert!(!frames.iter().any(is_done), "{frames:?}");
     assert!(
         frames.iter().any(|f| f["type"] == "turn_resumed"),
         "{frames:?}"
