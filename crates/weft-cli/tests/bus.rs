@@ -491,7 +491,7 @@ async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn
 }
 
 #[tokio::test]
-async fn a_client_resuming_a_dead_replicas_turn_before_anyone_takes_it_up_follows_it_until_one_does(
+async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does_and_its_approval_waits(
 ) {
     let db = Db::new(true).await;
     let nats = Nats::start().await;
@@ -499,7 +499,7 @@ async fn a_client_resuming_a_dead_replicas_turn_before_anyone_takes_it_up_follow
     let script = write_script();
     let a = replica(&db, &nats, &script, "a").await;
     // B looks for turns dead replicas left only every 5 s: A's lease has expired, and
-    // nobody has taken its turn up, when the client resumes through B.
+    // nobody has taken its turn up, when the client answers and resumes through B.
     let config = format!(
         "{NO_USER_LIMITS}[cluster]\nreplica_id = \"b\"\nnats_url = \"{}\"\nlease_ms = 15000\nheartbeat_ms = 5000\n",
         nats.url
@@ -525,6 +525,15 @@ async fn a_client_resuming_a_dead_replicas_turn_before_anyone_takes_it_up_follow
     }
 
     let mut on_b = b.connect().await;
+    // An answer now is refused ("try again"), as while A's lease held.
+    send(
+        &mut on_b,
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    let refused = until(&mut on_b, |f| f["type"] == "error").await;
+    let why = refused.last().unwrap()["message"].as_str().unwrap();
+    assert!(why.contains("try again"), "{refused:?}");
     send(
         &mut on_b,
         json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),

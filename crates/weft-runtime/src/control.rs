@@ -164,20 +164,20 @@ impl Runtime {
             .pending_approval_thread(tool_call_id)
             .await
             .map_err(Refusal::internal)?;
-        let remote = match stored {
+        let remote = match &stored {
             Some(thread_id) => {
-                if let Err(refusal) = self.check_owner(user, &thread_id).await {
+                if let Err(refusal) = self.check_owner(user, thread_id).await {
                     return Err(match refusal.code {
                         ErrorCode::Forbidden => approval_of_another_user(),
                         _ => refusal,
                     });
                 }
-                self.remote_turn(&thread_id).await?
+                self.remote_turn(thread_id).await?
             }
             None => None,
         };
-        match remote {
-            Some(remote) => {
+        match (remote, stored) {
+            (Some(remote), _) => {
                 remote
                     .send(Command::Approval {
                         user: user.to_owned(),
@@ -187,8 +187,26 @@ impl Runtime {
                     })
                     .await
             }
-            None => self.answer_approval_here(user, tool_call_id, decision, reason),
+            // Its turn's replica died and no replica runs the turn yet (or this one is
+            // taking it up): asked again, same id, once one does.
+            (None, Some(thread_id)) if self.awaits_takeover(&thread_id).await? => {
+                Err(Refusal::new(ErrorCode::Internal, crate::bus::UNANSWERED))
+            }
+            (None, _) => self.answer_approval_here(user, tool_call_id, decision, reason),
         }
+    }
+
+    /// Whether the thread's turn is stored as running while no turn of it runs here.
+    async fn awaits_takeover(&self, thread_id: &str) -> Result<bool, Refusal> {
+        if self.hub.get(thread_id).is_some_and(|t| t.is_active()) {
+            return Ok(false);
+        }
+        let last = self
+            .store
+            .last_assistant_message(thread_id)
+            .await
+            .map_err(Refusal::internal)?;
+        Ok(last.is_some_and(|m| m.status == "running"))
     }
 
     /// Answer a pending approval of a turn this replica runs.
