@@ -491,7 +491,7 @@ async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn
 }
 
 #[tokio::test]
-async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does_and_its_approval_waits(
+async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does_and_commands_to_it_wait(
 ) {
     let db = Db::new(true).await;
     let nats = Nats::start().await;
@@ -529,6 +529,15 @@ async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does
     send(
         &mut on_b,
         json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+    )
+    .await;
+    let refused = until(&mut on_b, |f| f["type"] == "error").await;
+    let why = refused.last().unwrap()["message"].as_str().unwrap();
+    assert!(why.contains("try again"), "{refused:?}");
+    // So is a stop (the turn is not silently left to go on).
+    send(
+        &mut on_b,
+        json!({"command": "stop", "data": {"thread_id": thread}}),
     )
     .await;
     let refused = until(&mut on_b, |f| f["type"] == "error").await;

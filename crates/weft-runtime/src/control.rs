@@ -79,6 +79,11 @@ impl Runtime {
                     })
                     .await
             }
+            // Its turn's replica died and no replica runs the turn yet (or this one is
+            // taking it up): nothing here to stop until one does.
+            None if self.bus.is_some() && self.awaits_takeover(thread_id).await? => {
+                Err(Refusal::new(ErrorCode::Internal, crate::bus::UNANSWERED))
+            }
             None => self.stop_here(user, thread_id, false).await,
         }
     }
