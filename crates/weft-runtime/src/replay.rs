@@ -27,7 +27,7 @@ struct TextRun {
     trimmed: usize,
 }
 
-/// Bookkeeping per coalesced chunk.
+/// Bookkeeping per coalesced chunk, and per packed frame.
 const PIECE_BYTES: usize = std::mem::size_of::<(u32, u32)>();
 
 impl TextRun {
@@ -40,10 +40,11 @@ impl TextRun {
 /// Frames packed together in a block: their JSON one after another, compressed.
 #[derive(Debug)]
 struct Packed {
-    /// Each frame's seq, in order.
-    seqs: Box<[u64]>,
-    /// Where each frame's JSON ends.
-    ends: Box<[u32]>,
+    /// The seq the block's frames count from (its first frame's).
+    base: u64,
+    /// Each frame's seq (above `base`) and where its JSON ends, in order: one allocation,
+    /// 8 bytes a frame.
+    frames: Box<[(u32, u32)]>,
     /// The frames' JSON, compressed (lz4, its size prepended).
     json: Box<[u8]>,
 }
@@ -54,24 +55,35 @@ const PACKED_FRAMES: usize = 16;
 impl Packed {
     /// `frames` in one block.
     fn new(frames: &[Arc<SharedFrame>]) -> Packed {
+        let base = frames.first().and_then(|f| f.seq).unwrap_or(0);
         let mut json = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
-        let mut ends = Vec::with_capacity(frames.len());
+        let mut pieces = Vec::with_capacity(frames.len());
         for frame in frames {
             json.extend_from_slice(frame.json().as_bytes());
-            // A block is 16 frames, each far below 4 GB.
-            ends.push(u32::try_from(json.len()).unwrap_or(u32::MAX));
+            // One turn's frames (the buffer restarts with each turn) number within 2^26 of
+            // its floor, and a block is 16 frames, each far below 4 GB.
+            let seq = frame.seq.unwrap_or(0).saturating_sub(base);
+            pieces.push((
+                u32::try_from(seq).unwrap_or(u32::MAX),
+                u32::try_from(json.len()).unwrap_or(u32::MAX),
+            ));
         }
         Packed {
-            seqs: frames.iter().map(|f| f.seq.unwrap_or(0)).collect(),
-            ends: ends.into(),
+            base,
+            frames: pieces.into(),
             // Copied out of the compressor's buffer, which is made for the worst case.
             json: lz4_flex::compress_prepend_size(&json).as_slice().into(),
         }
     }
 
     fn bytes(&self) -> usize {
-        self.json.len()
-            + self.seqs.len() * (std::mem::size_of::<u64>() + std::mem::size_of::<u32>())
+        self.json.len() + self.frames.len() * PIECE_BYTES
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.frames
+            .last()
+            .map_or(0, |&(seq, _)| self.base + u64::from(seq))
     }
 
     /// The block's frames with a seq above `after`; `None` when it cannot be read back.
@@ -79,8 +91,8 @@ impl Packed {
         let json = Bytes::from(lz4_flex::decompress_size_prepended(&self.json).ok()?);
         let mut frames = Vec::new();
         let mut start = 0;
-        for (&seq, &end) in self.seqs.iter().zip(self.ends.iter()) {
-            let end = end as usize;
+        for &(seq, end) in self.frames.iter() {
+            let (seq, end) = (self.base + u64::from(seq), end as usize);
             if end < start || end > json.len() {
                 return None;
             }
@@ -116,7 +128,7 @@ impl Entry {
         match self {
             Entry::Frame(f) => f.seq.unwrap_or(0),
             Entry::Text(run) => run.pieces.back().map_or(0, |&p| run.piece(p).0),
-            Entry::Packed(block) => block.seqs.last().copied().unwrap_or(0),
+            Entry::Packed(block) => block.last_seq(),
         }
     }
 }
@@ -430,6 +442,32 @@ mod tests {
         assert!(matches!(r.entries.front(), Some(Entry::Packed(_))));
         let t: Arc<str> = Arc::from("t");
         assert_eq!(json_of(&r.after(0, &t).frames), json_of(&sent));
+    }
+
+    #[test]
+    fn packed_frames_keep_seqs_far_above_zero_and_apart() {
+        // A later turn numbers its frames from a floor above 2^32; seqs skip too.
+        let floor = 100 << 26;
+        let mut packed = Replay::new(1 << 20);
+        let mut sent = Vec::new();
+        for at in 0..40 {
+            let seq = floor + at * 3;
+            let frame = SharedFrame::encode(&ServerFrame {
+                thread_id: Some(Arc::from("t")),
+                seq: Some(seq),
+                event: card(seq),
+            });
+            packed.push(&card(seq), seq, &frame);
+            sent.push(frame);
+        }
+        let t: Arc<str> = Arc::from("t");
+        let all = packed.after(0, &t);
+        assert_eq!(json_of(&all.frames), json_of(&sent));
+        let seqs = |frames: &[Arc<SharedFrame>]| frames.iter().map(|f| f.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&all.frames), seqs(&sent));
+        // From between two frames of a block.
+        let missed = packed.after(floor + 20 * 3 + 1, &t);
+        assert_eq!(seqs(&missed.frames), seqs(&sent[21..]));
     }
 
     #[test]
