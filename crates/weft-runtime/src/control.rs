@@ -290,9 +290,9 @@ impl Runtime {
     /// Replay what `sink` missed of a turn in memory (after the stored snapshot when it
     /// missed more than is kept), then follow it live. With no turn in memory, or a turn that
     /// ended after the client missed more of it than is kept, answer from the store: the
-    /// thread's last assistant message (the whole answer) and `chunk {done: true}`. A turn
-    /// stored as running that no replica runs yet (its own died, or this one is taking it
-    /// up) is followed until one does, or it is closed.
+    /// thread's last assistant message (the whole answer) and `chunk {done: true}`. On a
+    /// shared database, a turn stored as running that no replica runs yet (its own died, or
+    /// this one is taking it up) is followed until one does, or it is closed.
     pub(crate) async fn resume_here(
         self: &Arc<Self>,
         user: &str,
@@ -315,7 +315,10 @@ impl Runtime {
             .last_assistant_message(&thread.id)
             .await
             .map_err(Refusal::internal)?;
-        if last.as_ref().is_some_and(|m| m.status == "running") {
+        // Only where a replica's sweep takes such a turn up (a shared database); with SQLite
+        // only a restart does, and the client is answered with the turn as stored.
+        let awaited = self.leases.shared() && last.as_ref().is_some_and(|m| m.status == "running");
+        if awaited {
             let begun = thread.resume(sink.clone(), last_seq, None);
             self.await_takeover(user, thread, last_seq, sink, begun);
             return Ok(());
