@@ -114,6 +114,14 @@ async fn first_round_on_record(store: &Store) {
     }
 }
 
+/// Send `frame` and expect it refused with "try again".
+async fn refused_try_again(ws: &mut Ws, frame: Value) {
+    send(ws, frame).await;
+    let refused = until(ws, |f| f["type"] == "error").await;
+    let why = refused.last().unwrap()["message"].as_str().unwrap();
+    assert!(why.contains("try again"), "{refused:?}");
+}
+
 /// Output lines of a `weft chat` process.
 type ChatLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
 
@@ -538,23 +546,15 @@ async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does
 
     let mut on_b = b.connect().await;
     // An answer now is refused ("try again"), as while A's lease held.
-    send(
-        &mut on_b,
-        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
-    )
-    .await;
-    let refused = until(&mut on_b, |f| f["type"] == "error").await;
-    let why = refused.last().unwrap()["message"].as_str().unwrap();
-    assert!(why.contains("try again"), "{refused:?}");
+    let answer =
+        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"});
+    refused_try_again(&mut on_b, answer).await;
     // So is a stop (the turn is not silently left to go on).
-    send(
+    refused_try_again(
         &mut on_b,
         json!({"command": "stop", "data": {"thread_id": thread}}),
     )
     .await;
-    let refused = until(&mut on_b, |f| f["type"] == "error").await;
-    let why = refused.last().unwrap()["message"].as_str().unwrap();
-    assert!(why.contains("try again"), "{refused:?}");
     send(
         &mut on_b,
         json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),

@@ -386,6 +386,17 @@ mod tests {
         }
     }
 
+    /// Keep a tool card numbered `seq` in `replay`; the frame as sent.
+    fn push_card(replay: &mut Replay, seq: u64) -> Arc<SharedFrame> {
+        let frame = SharedFrame::encode(&ServerFrame {
+            thread_id: Some(Arc::from("t")),
+            seq: Some(seq),
+            event: card(seq),
+        });
+        replay.push(&card(seq), seq, &frame);
+        frame
+    }
+
     fn json_of(frames: &[Arc<SharedFrame>]) -> Vec<String> {
         frames.iter().map(|f| f.json().to_owned()).collect()
     }
@@ -395,13 +406,7 @@ mod tests {
         let mut packed = Replay::new(1 << 20);
         let mut sent = Vec::new();
         for seq in 1..=80 {
-            let frame = SharedFrame::encode(&ServerFrame {
-                thread_id: Some(Arc::from("t")),
-                seq: Some(seq),
-                event: card(seq),
-            });
-            packed.push(&card(seq), seq, &frame);
-            sent.push(frame);
+            sent.push(push_card(&mut packed, seq));
         }
         let raw: usize = sent.iter().map(|f| f.len()).sum();
         // Five blocks.
@@ -451,14 +456,7 @@ mod tests {
         let mut packed = Replay::new(1 << 20);
         let mut sent = Vec::new();
         for at in 0..40 {
-            let seq = floor + at * 3;
-            let frame = SharedFrame::encode(&ServerFrame {
-                thread_id: Some(Arc::from("t")),
-                seq: Some(seq),
-                event: card(seq),
-            });
-            packed.push(&card(seq), seq, &frame);
-            sent.push(frame);
+            sent.push(push_card(&mut packed, floor + at * 3));
         }
         let t: Arc<str> = Arc::from("t");
         let all = packed.after(0, &t);
