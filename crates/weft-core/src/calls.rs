@@ -214,7 +214,7 @@ impl CallSite {
         };
         self.turn
             .recorder
-            .results(self.level.place(), &[result.recorded()]);
+            .results(self.level.place(), vec![result.recorded()]);
         ToolOutcome {
             content: result.content,
             is_error: result.is_error,
@@ -249,9 +249,11 @@ impl CallSite {
             },
         };
         let place = self.level.place();
-        self.turn.recorder.assistant(place, "", &[call.recorded()]);
+        self.turn
+            .recorder
+            .assistant(place, "", vec![call.recorded()]);
         let result = dispatch_one(&self.turn, &self.level, &call, &self.guard).await;
-        self.turn.recorder.results(place, &[result.recorded()]);
+        self.turn.recorder.results(place, vec![result.recorded()]);
         ToolOutcome {
             content: result.content,
             is_error: result.is_error,

@@ -26,7 +26,7 @@ use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
 use crate::turn::{Delegation, Turn};
-use crate::validate::{compact, parse_arguments, prepare_parsed};
+use crate::validate::{parse_arguments, prepare_parsed};
 
 /// What the loop must do beyond appending a call's result.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,15 +110,15 @@ pub(crate) async fn dispatch(
     calls: &[Call],
     guard: &mut RepetitionGuard,
 ) -> Vec<CallResult> {
-    let planned: Vec<Planned<'_>> = calls
+    let mut planned: Vec<Option<Planned<'_>>> = calls
         .iter()
-        .map(|call| preflight(turn, level, call, guard))
+        .map(|call| Some(preflight(turn, level, call, guard)))
         .collect();
 
     let mut concurrent = Vec::new();
     let mut serial = Vec::new();
     let mut working = 0usize;
-    for (i, p) in planned.iter().enumerate() {
+    for (i, p) in planned.iter().flatten().enumerate() {
         // A model without parallel tool calls gets its results one at a time, as it asked.
         let parallel = turn.config.tool_parallelism == ToolParallelism::Parallel
             && level.llm.capabilities.parallel_tool_calls
@@ -133,17 +133,20 @@ pub(crate) async fn dispatch(
     }
 
     let mut results: Vec<Option<CallResult>> = (0..planned.len()).map(|_| None).collect();
-    let batch = join_all(
-        concurrent
-            .iter()
-            .map(|&i| execute(turn, level, &planned[i])),
-    )
-    .await;
+    // Each call's plan is moved into its run: the card's arguments and the tool's go
+    // where they are used, not copied there.
+    let batch: Vec<Planned<'_>> = concurrent
+        .iter()
+        .filter_map(|&i| planned[i].take())
+        .collect();
+    let batch = join_all(batch.into_iter().map(|p| execute(turn, level, p))).await;
     for (i, result) in concurrent.into_iter().zip(batch) {
         results[i] = Some(result);
     }
     for i in serial {
-        results[i] = Some(execute(turn, level, &planned[i]).await);
+        if let Some(p) = planned[i].take() {
+            results[i] = Some(execute(turn, level, p).await);
+        }
     }
     results.into_iter().flatten().collect()
 }
@@ -156,7 +159,7 @@ pub(crate) async fn dispatch_one(
     guard: &parking_lot::Mutex<RepetitionGuard>,
 ) -> CallResult {
     let planned = preflight(turn, level, call, &mut guard.lock());
-    execute(turn, level, &planned).await
+    execute(turn, level, planned).await
 }
 
 fn preflight<'a>(
@@ -171,9 +174,9 @@ fn preflight<'a>(
         Ok(map) => Value::Object(map.clone()),
         Err(_) => Value::String(request.arguments.to_string()),
     };
-    let planned = |action, injected| Planned {
+    let planned = move |action, injected| Planned {
         call,
-        shown_args: shown_args.clone(),
+        shown_args,
         injected,
         action,
     };
@@ -239,7 +242,7 @@ fn preflight<'a>(
             )
         }
     };
-    if guard.is_runaway(name, &compact(&prepared.args)) {
+    if guard.is_runaway(name, &prepared.args) {
         return planned(
             Action::Refuse(prompts::REPETITION_RESULT.to_owned()),
             prepared.injected,
@@ -295,7 +298,7 @@ impl Settled {
 }
 
 /// Run one planned call under its `execute_tool` span (a subtask's work nests under it).
-async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> CallResult {
+async fn execute(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> CallResult {
     let call = planned.call;
     let span =
         telemetry::tool_call_span(&call.request.name, &call.wire_id, &call.request.arguments);
@@ -306,8 +309,13 @@ async fn execute(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> Call
     result
 }
 
-async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) -> CallResult {
-    let call = planned.call;
+async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> CallResult {
+    let Planned {
+        call,
+        shown_args,
+        injected,
+        action,
+    } = planned;
     let name = &call.request.name;
     let started_at = unix_now();
     let started = Instant::now();
@@ -316,7 +324,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) ->
             tool_call_id: call.wire_id.clone(),
             name: name.clone(),
             status: ToolCallStatus::Start,
-            args: Some(planned.shown_args.clone()),
+            args: Some(shown_args),
             result: None,
             is_error: None,
             parent_id: level.parent_id.clone(),
@@ -332,20 +340,23 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) ->
     } else if let Some(stop) = take_tool_call(turn) {
         stop
     } else {
-        match &planned.action {
-            Action::Refuse(message) => Settled::error(message.clone()),
+        match action {
+            Action::Refuse(message) => Settled::error(message),
             Action::Finish(Ok(payload)) => Settled {
-                effect: Effect::Finish(payload.clone()),
+                effect: Effect::Finish(payload),
                 ..Settled::ok("subtask finished".to_owned())
             },
-            Action::Finish(Err(detail)) => Settled {
-                effect: Effect::SchemaInvalid(detail.clone()),
-                ..Settled::error(prompts::schema_invalid(detail))
-            },
+            Action::Finish(Err(detail)) => {
+                let message = prompts::schema_invalid(&detail);
+                Settled {
+                    effect: Effect::SchemaInvalid(detail),
+                    ..Settled::error(message)
+                }
+            }
             Action::Delegate(kind, args) => {
                 match turn
                     .recursion
-                    .delegate(turn, level, call, *kind, args)
+                    .delegate(turn, level, call, kind, &args)
                     .await
                 {
                     Ok(text) => Settled::ok(text),
@@ -353,7 +364,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) ->
                 }
             }
             Action::Tool { entry, args } => {
-                run_gated(turn, level, call, entry, args.clone(), &planned.injected).await
+                run_gated(turn, level, call, &entry, args, &injected).await
             }
         }
     };
@@ -371,7 +382,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: &Planned<'_>) ->
         approval_status: settled.approval,
         approval_id: (settled.approval != ApprovalStatus::NotRequired)
             .then(|| call.wire_id.clone()),
-        injected_args: planned.injected.clone(),
+        injected_args: injected,
         offloaded_artifact_id: offloaded,
     };
     let result = CallResult {

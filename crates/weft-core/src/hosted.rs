@@ -173,7 +173,7 @@ impl HostedTurn {
         };
         self.turn
             .recorder
-            .assistant(self.root.place(), response, &[call.recorded()]);
+            .assistant(self.root.place(), response, vec![call.recorded()]);
         self.open(wire_id, name, args, Vec::new())
     }
 
@@ -279,7 +279,7 @@ impl HostedTurn {
         });
         self.turn.recorder.results(
             self.root.place(),
-            &[RecordedResult {
+            vec![RecordedResult {
                 id: call.wire_id.clone(),
                 call_id: call.wire_id,
                 name: call.name,
@@ -293,7 +293,9 @@ impl HostedTurn {
 
     /// Record a final response with no call (a text-only answer) at the root.
     pub fn record_answer(&self, text: &str) {
-        self.turn.recorder.assistant(self.root.place(), text, &[]);
+        self.turn
+            .recorder
+            .assistant(self.root.place(), text, Vec::new());
     }
 
     /// End the turn for running out of rounds (`iterations`).

@@ -51,10 +51,11 @@ pub struct ModelCallRecord {
 pub trait Recorder: Send + Sync {
     /// Text streamed so far by the response being received at `place`.
     fn text(&self, _place: Place<'_>, _delta: &str) {}
-    /// A response is complete: its text and tool calls (before any call runs).
-    fn assistant(&self, place: Place<'_>, text: &str, calls: &[RecordedCall]);
-    /// A round's tool results, in the order the calls were emitted.
-    fn results(&self, place: Place<'_>, results: &[RecordedResult]);
+    /// A response is complete: its text and tool calls (before any call runs). The calls
+    /// are given, not lent: a recorder keeps them without copying.
+    fn assistant(&self, place: Place<'_>, text: &str, calls: Vec<RecordedCall>);
+    /// A round's tool results, in the order the calls were emitted (given, as the calls).
+    fn results(&self, place: Place<'_>, results: Vec<RecordedResult>);
     /// The history was compacted: `summary` replaced everything before the newest `kept`
     /// messages.
     fn summary(&self, _place: Place<'_>, _summary: &str, _kept: usize) {}
@@ -102,8 +103,8 @@ pub struct ApprovalRequest<'a> {
 pub struct NoRecord;
 
 impl Recorder for NoRecord {
-    fn assistant(&self, _: Place<'_>, _: &str, _: &[RecordedCall]) {}
-    fn results(&self, _: Place<'_>, _: &[RecordedResult]) {}
+    fn assistant(&self, _: Place<'_>, _: &str, _: Vec<RecordedCall>) {}
+    fn results(&self, _: Place<'_>, _: Vec<RecordedResult>) {}
 }
 
 /// A call as the loop handles it: the server-unique wire id, and the request as the model

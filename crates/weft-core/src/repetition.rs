@@ -1,10 +1,16 @@
 //! Repetition guard: the same tool with identical arguments too many times in a row.
 
-/// Tracks consecutive identical calls within one loop level.
+use serde_json::Value;
+
+/// Tracks consecutive identical calls within one loop level. The last call's name and
+/// arguments (as compact JSON) are kept in buffers reused call after call.
 #[derive(Debug)]
 pub(crate) struct RepetitionGuard {
     max_identical: u32,
-    last: Option<(String, String)>,
+    last_name: String,
+    last_args: Vec<u8>,
+    /// This call's arguments, written here to be compared with the last's.
+    args: Vec<u8>,
     count: u32,
 }
 
@@ -12,21 +18,24 @@ impl RepetitionGuard {
     pub fn new(max_identical: u32) -> Self {
         RepetitionGuard {
             max_identical,
-            last: None,
+            last_name: String::new(),
+            last_args: Vec::new(),
+            args: Vec::new(),
             count: 0,
         }
     }
 
     /// Record a call; true when it is the `max_identical`-th identical call in a row (or later).
-    pub fn is_runaway(&mut self, name: &str, canonical_args: &str) -> bool {
-        let same = self
-            .last
-            .as_ref()
-            .is_some_and(|(n, a)| n == name && a == canonical_args);
-        if same {
+    pub fn is_runaway(&mut self, name: &str, args: &Value) -> bool {
+        self.args.clear();
+        // Writing a `Value` into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.args, args);
+        if self.count > 0 && self.last_name == name && self.last_args == self.args {
             self.count += 1;
         } else {
-            self.last = Some((name.to_owned(), canonical_args.to_owned()));
+            self.last_name.clear();
+            self.last_name.push_str(name);
+            std::mem::swap(&mut self.last_args, &mut self.args);
             self.count = 1;
         }
         self.count >= self.max_identical
@@ -35,15 +44,20 @@ impl RepetitionGuard {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn trips_on_the_nth_identical_call_and_resets_on_change() {
         let mut g = RepetitionGuard::new(3);
-        assert!(!g.is_runaway("a", "{}"));
-        assert!(!g.is_runaway("a", "{}"));
-        assert!(g.is_runaway("a", "{}"));
-        assert!(!g.is_runaway("a", "{\"x\":1}"));
-        assert!(!g.is_runaway("b", "{\"x\":1}"));
+        assert!(!g.is_runaway("a", &json!({})));
+        assert!(!g.is_runaway("a", &json!({})));
+        assert!(g.is_runaway("a", &json!({})));
+        assert!(!g.is_runaway("a", &json!({"x": 1})));
+        assert!(!g.is_runaway("b", &json!({"x": 1})));
+        assert!(!g.is_runaway("b", &json!({"x": 2})));
+        assert!(!g.is_runaway("b", &json!({"x": 2})));
+        assert!(g.is_runaway("b", &json!({"x": 2})));
     }
 }

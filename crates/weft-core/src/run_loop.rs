@@ -191,9 +191,9 @@ async fn drive(
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()));
         let calls = identify(sampled.tool_calls, taken);
         if !level.quiet {
-            let recorded: Vec<_> = calls.iter().map(|c| c.recorded()).collect();
+            let recorded = calls.iter().map(|c| c.recorded()).collect();
             turn.recorder
-                .assistant(level.place(), &sampled.text, &recorded);
+                .assistant(level.place(), &sampled.text, recorded);
         }
         let advise = turn.context.per_message();
         let mut surfaced = sampled.text.clone();
@@ -246,8 +246,8 @@ fn take_results(
 ) -> Option<LevelEnd> {
     let config = &turn.config;
     if !level.quiet {
-        let record: Vec<_> = results.iter().map(|r| r.recorded()).collect();
-        turn.recorder.results(level.place(), &record);
+        let record = results.iter().map(|r| r.recorded()).collect();
+        turn.recorder.results(level.place(), record);
     }
     let mut finished = None;
     let mut abort = None;

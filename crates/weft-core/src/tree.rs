@@ -196,11 +196,16 @@ impl TreeBuilder {
             .and_then(|t| t.as_str())
             .map(preview);
         let args = args.map(|(a, raw)| {
-            let shown = crate::validate::compact(a);
+            // Sized for the text it most often equals, so written without regrowing.
+            let mut shown = Vec::with_capacity(raw.map_or(128, |r| r.len()));
+            // Writing a `Value` into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut shown, a);
             match raw {
                 // Under the preview's limit in bytes, so in characters too.
-                Some(raw) if shown.len() <= PREVIEW_MAX_CHARS && **raw == *shown => raw.clone(),
-                _ => Arc::from(preview(&shown)),
+                Some(raw) if shown.len() <= PREVIEW_MAX_CHARS && raw.as_bytes() == shown => {
+                    raw.clone()
+                }
+                _ => Arc::from(preview(&String::from_utf8_lossy(&shown))),
             }
         });
         self.nodes.push(Node::new(

@@ -15,6 +15,16 @@ use weft_protocol::{ServerEvent, ServerFrame};
 /// Who watches: one per socket, per prompt-API request, per bus subscription.
 pub type SubscriberId = u64;
 
+/// Room a thread's encoding buffer starts with, and most it keeps after a big frame.
+const SCRATCH_START: usize = 4 * 1024;
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where [`SharedFrame::encode`] writes a frame before copying it out.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(SCRATCH_START));
+}
+
 /// A frame encoded for the wire, shared by every subscriber and the replay buffer.
 #[derive(Debug)]
 pub struct SharedFrame {
@@ -25,14 +35,26 @@ pub struct SharedFrame {
 
 impl SharedFrame {
     pub fn encode(frame: &ServerFrame) -> Arc<SharedFrame> {
-        let json = serde_json::to_string(frame).unwrap_or_else(|e| {
-            tracing::error!(error = %e, "cannot encode a frame");
-            String::from("{}")
+        // Written into this thread's scratch buffer, then copied out at its exact size (replay
+        // keeps it for the whole turn): one allocation a frame, not one per doubling of a
+        // growing string.
+        let json = SCRATCH.with_borrow_mut(|scratch| {
+            scratch.clear();
+            let json = match serde_json::to_writer(&mut *scratch, frame) {
+                Ok(()) => Bytes::copy_from_slice(scratch),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a frame");
+                    Bytes::from_static(b"{}")
+                }
+            };
+            if scratch.capacity() > SCRATCH_KEPT {
+                *scratch = Vec::with_capacity(SCRATCH_START);
+            }
+            json
         });
         Arc::new(SharedFrame {
             seq: frame.seq,
-            // Kept for the whole turn (replay): `Bytes::from` drops spare capacity.
-            json: Bytes::from(json.into_boxed_str().into_boxed_bytes()),
+            json,
             msgpack: OnceLock::new(),
         })
     }

@@ -69,8 +69,8 @@ pub struct Harness {
 pub struct ModelCalls(pub Mutex<Vec<weft_core::ModelCallRecord>>);
 
 impl weft_core::Recorder for ModelCalls {
-    fn assistant(&self, _: weft_core::Place<'_>, _: &str, _: &[weft_protocol::RecordedCall]) {}
-    fn results(&self, _: weft_core::Place<'_>, _: &[weft_core::RecordedResult]) {}
+    fn assistant(&self, _: weft_core::Place<'_>, _: &str, _: Vec<weft_protocol::RecordedCall>) {}
+    fn results(&self, _: weft_core::Place<'_>, _: Vec<weft_core::RecordedResult>) {}
     fn model_call(&self, call: &weft_core::ModelCallRecord) {
         self.0.lock().push(call.clone());
     }
@@ -85,7 +85,7 @@ impl weft_core::Recorder for RecordLines {
         &self,
         place: weft_core::Place<'_>,
         text: &str,
-        calls: &[weft_protocol::RecordedCall],
+        calls: Vec<weft_protocol::RecordedCall>,
     ) {
         let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
         self.0.lock().push(format!(
@@ -94,7 +94,7 @@ impl weft_core::Recorder for RecordLines {
             names.join(",")
         ));
     }
-    fn results(&self, place: weft_core::Place<'_>, results: &[weft_core::RecordedResult]) {
+    fn results(&self, place: weft_core::Place<'_>, results: Vec<weft_core::RecordedResult>) {
         let names: Vec<String> = results
             .iter()
             .map(|r| format!("{}{}", r.name, if r.is_error { "!" } else { "" }))

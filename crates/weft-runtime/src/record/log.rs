@@ -315,12 +315,12 @@ impl Recorder for TurnLog {
 
     /// Called before any of the response's calls runs: a turn whose lease is gone stops
     /// here, so its calls do not run.
-    fn assistant(&self, place: Place<'_>, text: &str, calls: &[RecordedCall]) {
+    fn assistant(&self, place: Place<'_>, text: &str, calls: Vec<RecordedCall>) {
         self.lease.check();
         let entry = RecordEntry::Assistant {
             id: None,
             text: text.to_owned(),
-            tool_calls: calls.to_vec(),
+            tool_calls: calls,
             partial: false,
         };
         let mut state = self.state.lock();
@@ -354,11 +354,11 @@ impl Recorder for TurnLog {
     /// A round's results go in one item (a JSON array), in the order the calls were emitted,
     /// and out together with what was held: in one row with the response that asked for them
     /// when that response is still held (the usual round), so a round is one row.
-    fn results(&self, place: Place<'_>, results: &[RecordedResult]) {
+    fn results(&self, place: Place<'_>, results: Vec<RecordedResult>) {
         {
             let mut state = self.state.lock();
             let entries: Vec<RecordEntry> = results
-                .iter()
+                .into_iter()
                 .filter(|r| !state.kept_early.remove(&r.id))
                 .map(result_entry)
                 .collect();
@@ -389,7 +389,7 @@ impl Recorder for TurnLog {
             let position = state.next_position - 1;
             let row = results_row(
                 self.place(position, place.parent_id, place.depth),
-                &[result_entry(result)],
+                &[result_entry(result.clone())],
             );
             state.items.push(row);
         }
@@ -453,13 +453,13 @@ impl Recorder for TurnLog {
 }
 
 /// A tool result as the record keeps it.
-fn result_entry(result: &RecordedResult) -> RecordEntry {
+fn result_entry(result: RecordedResult) -> RecordEntry {
     RecordEntry::ToolResult {
-        tool_call_id: result.id.clone(),
-        call_id: result.call_id.clone(),
-        name: result.name.clone(),
-        result: result.content.clone(),
+        tool_call_id: result.id,
+        call_id: result.call_id,
+        name: result.name,
+        result: result.content,
         is_error: result.is_error,
-        metadata: Some(result.metadata.clone()),
+        metadata: Some(result.metadata),
     }
 }
