@@ -37,10 +37,12 @@ impl SharedFrame {
     pub fn encode(frame: &ServerFrame) -> Arc<SharedFrame> {
         // Written into this thread's scratch buffer, then copied out at its exact size (replay
         // keeps it for the whole turn): one allocation a frame, not one per doubling of a
-        // growing string.
+        // growing string. By sonic-rs, which writes what serde_json would (tested below) but
+        // escapes strings many bytes at a time: serde_json's byte-at-a-time escaping was a
+        // tenth of a W1 turn's instructions for frames alone.
         let json = SCRATCH.with_borrow_mut(|scratch| {
             scratch.clear();
-            let json = match serde_json::to_writer(&mut *scratch, frame) {
+            let json = match sonic_rs::to_writer(&mut *scratch, frame) {
                 Ok(()) => Bytes::copy_from_slice(scratch),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot encode a frame");
@@ -265,6 +267,45 @@ mod tests {
         let back: Value = rmp_serde::from_slice(&a).unwrap_or_default();
         assert_eq!(back["message"], "hello");
         assert!(f.json().contains("\"hello\""));
+    }
+
+    /// Frames are written by sonic-rs (its string escaping is several times serde_json's):
+    /// byte for byte what serde_json writes, for every kind of string and number a frame
+    /// carries, non-finite numbers included.
+    #[test]
+    fn frames_are_written_as_serde_json_writes_them() {
+        let samples = [
+            r#"{"thread_id":"t","seq":3,"type":"chunk","content":"h\u00e9 \"q\" \\ \n\t\r\u0001\u001f \u2028 </script> 😀 €","done":false,"depth":0}"#,
+            r#"{"thread_id":"t","seq":4,"type":"tool_call_update","tool_call_id":"c1","name":"memory_write","status":"start","args":{"key":"k\u0000","value":"rrrr","n":[1,2.5,-0.0,1e21,1.5e-7,123456789012345680000,0.1,1e300,5e-324,-7],"o":{"z":null,"a":true}},"parent_id":null,"depth":1}"#,
+            r#"{"thread_id":"t","seq":5,"type":"tool_call_update","tool_call_id":"c1","name":"memory_write","status":"end","result":"ok\nline","is_error":false,"parent_id":"p","depth":1,"metadata":{"status":"success","started_at":1764320000.123456,"completed_at":1764320000.5,"execution_time_ms":0.000123,"approval_status":"not_required","approval_id":null,"injected_args":{"user":"u\"1"}}}"#,
+            r#"{"type":"budget_exceeded","reason":"cost","limit":200,"observed":200.75,"ends_turn":true}"#,
+            r#"{"type":"error","code":"internal","message":"x\u007f\u0080\u00ff"}"#,
+        ];
+        for sample in samples {
+            let frame: ServerFrame = serde_json::from_str(sample).unwrap();
+            let written = SharedFrame::encode(&frame);
+            assert_eq!(written.json(), serde_json::to_string(&frame).unwrap());
+        }
+        let costs = [
+            f64::NAN,
+            f64::INFINITY,
+            1e21,
+            1e-7,
+            0.1 + 0.2,
+            1e16,
+            12345678.9,
+        ];
+        for cost_usd in costs {
+            let frame = ServerFrame::bare(ServerEvent::CostSummary {
+                llm_calls: 1,
+                tool_calls: 0,
+                input_tokens: 0,
+                output_tokens: 0,
+                cost_usd,
+            });
+            let written = SharedFrame::encode(&frame);
+            assert_eq!(written.json(), serde_json::to_string(&frame).unwrap());
+        }
     }
 
     #[tokio::test]

@@ -85,16 +85,18 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
     };
     place.row(
         kind,
-        serde_json::to_string(entry).unwrap_or_else(|_| "{}".to_owned()),
+        sonic_rs::to_string(entry).unwrap_or_else(|_| "{}".to_owned()),
     )
 }
 
-/// An item holding one round's results (in their stored form, see [`stored`]).
+/// An item holding one round's results (in their stored form, see [`stored`]). Rows are
+/// written by sonic-rs, as frames are (see `SharedFrame::encode`), byte for byte as serde_json
+/// would write them (tested in [`stored`]).
 pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
     let stored: Vec<StoredEntry<'_>> = results.iter().map(StoredEntry).collect();
     place.row(
         ItemKind::ToolResults,
-        serde_json::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
+        sonic_rs::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
     )
 }
 

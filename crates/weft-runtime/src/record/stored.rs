@@ -149,6 +149,35 @@ mod tests {
         );
     }
 
+    /// What the record's rows are written with (sonic-rs) writes them as serde_json does.
+    #[test]
+    fn rows_are_written_as_serde_json_writes_them() {
+        let mut metadata = plain();
+        metadata.started_at = 1764320000.123456;
+        metadata.execution_time_ms = f64::NAN;
+        metadata
+            .injected_args
+            .insert("user".into(), Value::from("u\"1\n\u{1}é😀"));
+        let mut entries = vec![result(metadata), result(plain())];
+        entries.push(
+            serde_json::from_str(
+                r#"{"kind":"assistant","text":"a \"b\"\n\u2028","tool_calls":[{"id":"c~1","call_id":"c","name":"memory_write","arguments":"{\"key\":\"k0\",\"value\":\"r\\n\"}"}]}"#,
+            )
+            .unwrap(),
+        );
+        let stored: Vec<StoredEntry<'_>> = entries.iter().map(StoredEntry).collect();
+        assert_eq!(
+            sonic_rs::to_string(&stored).unwrap(),
+            serde_json::to_string(&stored).unwrap()
+        );
+        for entry in &entries {
+            assert_eq!(
+                sonic_rs::to_string(entry).unwrap(),
+                serde_json::to_string(entry).unwrap()
+            );
+        }
+    }
+
     #[test]
     fn other_entries_are_stored_as_they_are() {
         let entry = RecordEntry::Summary {
