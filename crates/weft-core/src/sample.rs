@@ -74,9 +74,7 @@ pub(crate) async fn sample(
     };
     let mut stream = match opened {
         Ok(stream) => stream,
-        Err(e) => {
-            return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string())))
-        }
+        Err(e) => return Err(call.close(Some(&e.to_string()), failed(turn, &e))),
     };
 
     let mut text = String::new();
@@ -102,9 +100,7 @@ pub(crate) async fn sample(
         }
         match next {
             None => break,
-            Some(Err(e)) => {
-                return Err(call.close(Some(&e.to_string()), SampleError::Provider(e.to_string())))
-            }
+            Some(Err(e)) => return Err(call.close(Some(&e.to_string()), failed(turn, &e))),
             Some(Ok(ProviderEvent::TextDelta(delta))) => {
                 if let Some(trip) = stream_text(turn, level, delta, &mut text, all_text) {
                     turn.trip(trip);
@@ -134,6 +130,18 @@ pub(crate) async fn sample(
         tool_calls,
         usage: call.usage,
     })
+}
+
+/// What a provider's error means for the turn. Once the turn is stopped, its provider's
+/// stream is cancelled too and may end with an error of its own ("cancelled") before the
+/// turn's token is seen: that is the stop's doing, not the provider failing (the turn ends
+/// `cancelled`, not `provider_error`).
+fn failed(turn: &Turn, error: &ProviderError) -> SampleError {
+    if turn.is_stopped() {
+        SampleError::Stopped
+    } else {
+        SampleError::Provider(error.to_string())
+    }
 }
 
 /// Keeps a text delta and streams it out (a quiet level only keeps it). The output cap holds

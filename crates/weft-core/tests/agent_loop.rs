@@ -363,6 +363,22 @@ async fn cancelling_mid_tool_leaves_no_orphaned_call() {
 }
 
 #[tokio::test]
+async fn a_turn_stopped_while_its_model_is_asked_ends_cancelled_not_as_a_provider_failure() {
+    // The scripted provider, like the HTTP ones, ends its call with an error of its own
+    // ("cancelled") when the turn's token fires.
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        {"delay_ms": 10_000, "text": "never"}
+    ]}]}));
+    let cancel = h.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Cancelled);
+}
+
+#[tokio::test]
 async fn a_provider_error_ends_the_turn_keeping_partial_text() {
     let mut h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         {"chunks": ["partial ", "answer"], "error": {"kind": "http_status", "status": 500}}
