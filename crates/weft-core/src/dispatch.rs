@@ -118,7 +118,9 @@ pub(crate) async fn dispatch(
     let mut concurrent = Vec::new();
     let mut serial = Vec::new();
     let mut working = 0usize;
-    for (i, p) in planned.iter().flatten().enumerate() {
+    for (i, p) in planned.iter().enumerate() {
+        // Every slot holds its plan until the plan runs, below.
+        let Some(p) = p else { continue };
         // A model without parallel tool calls gets its results one at a time, as it asked.
         let parallel = turn.config.tool_parallelism == ToolParallelism::Parallel
             && level.llm.capabilities.parallel_tool_calls
