@@ -1,11 +1,13 @@
 //! Real `weft serve` replicas on one PostgreSQL database and a real `nats-server`: a client
 //! of one replica follows, answers, re-moded, stops and deletes a turn another replica runs;
-//! a message to a thread busy elsewhere is refused as on one replica; a follower whose owner
-//! dies gets the stored answer once the turn is closed; a replica told to stop (`SIGTERM`)
-//! closes its sockets with 1012 and `weft chat` resumes through another replica; with three
-//! replicas, one runs a turn, one follows it and the third answers its approval; the prompt
-//! API reads, follows and answers a prompt another replica runs; `weft chat` whose replica is
-//! killed reconnects and sees the turn taken up elsewhere go on.
+//! a thread deleted while the replica running its turn is frozen (`SIGSTOP`) stays deleted
+//! when that replica wakes; a message to a thread busy elsewhere is refused as on one
+//! replica; a follower whose owner dies gets the stored answer once the turn is closed; a
+//! replica told to stop (`SIGTERM`) closes its sockets with 1012 and `weft chat` resumes
+//! through another replica; with three replicas, one runs a turn, one follows it and the
+//! third answers its approval; the prompt API reads, follows and answers a prompt another
+//! replica runs; `weft chat` whose replica is killed reconnects and sees the turn taken up
+//! elsewhere go on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -278,6 +280,79 @@ async fn stop_and_delete_through_another_replica_reach_the_turn() {
         store.thread(&thread).await.unwrap().is_none(),
         "a stopped turn's last write brought it back"
     );
+    shut_down(vec![a, b], nats, Some(store), db).await;
+}
+
+#[tokio::test]
+async fn a_thread_deleted_while_its_replica_is_frozen_stays_deleted_when_the_replica_wakes() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    // Ten slow rounds, each some text and a read: the turn writes a round's rows every 300 ms.
+    let mut steps: Vec<Value> = (0..10)
+        .map(|r| {
+            json!({"delay_ms": 300, "chunks": [format!("r{r} ")],
+                   "tool_calls": [{"name": "memory_list", "arguments": {}}]})
+        })
+        .collect();
+    steps.push(json!({"text": "done", "repeat": true}));
+    let script = json!({"conversations": [{"match": "*", "steps": steps}]});
+    // A's lease outlasts its freeze: when it wakes, it still believes it runs the turn.
+    let a = replica_leasing(&db, &nats, &script, "a", 30_000).await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let mut on_a = a.connect().await;
+    send(
+        &mut on_a,
+        json!({"command": "chat_message", "data": {"content": "read ten times", "permission_mode": "auto"}}),
+    )
+    .await;
+    let frames = until(&mut on_a, |f| {
+        f["type"] == "tool_call_update" && f["status"] == "end"
+    })
+    .await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    let message = store
+        .last_assistant_message(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // A freezes mid-turn; the thread is deleted through B, whose stop A cannot answer.
+    a.signal("STOP");
+    let deleted = reqwest::Client::new()
+        .delete(format!("http://{}/threads/{thread}", b.addr))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(deleted.as_u16(), 204);
+    assert!(
+        store.lease(&message.id).await.unwrap().is_none(),
+        "the lease outlived its thread"
+    );
+
+    // A wakes and goes on with the turn it had: nothing it writes for it lands.
+    a.signal("CONT");
+    let woke = until(&mut on_a, is_done).await;
+    let errors: Vec<&str> = woke
+        .iter()
+        .filter(|f| f["type"] == "error")
+        .map(|f| f["message"].as_str().unwrap())
+        .collect();
+    assert!(
+        matches!(errors[..], [told] if told.contains("lost the turn's lease")),
+        "{woke:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(store.thread(&thread).await.unwrap().is_none());
+    assert!(store.messages(&thread).await.unwrap().is_empty());
+    assert!(store
+        .turn_items(&thread, &message.id)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store.model_calls(&thread).await.unwrap().is_empty());
+    assert!(store.approvals(&thread).await.unwrap().is_empty());
     shut_down(vec![a, b], nats, Some(store), db).await;
 }
 

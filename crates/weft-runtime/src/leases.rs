@@ -117,10 +117,11 @@ impl TurnLease {
     /// starved process gets round to anything.
     pub fn held(&self) -> bool {
         !self.fenced
-            || self
-                .valid_until
-                .lock()
-                .is_none_or(|until| Instant::now() < until)
+            || (!self.lost.load(std::sync::atomic::Ordering::Relaxed)
+                && self
+                    .valid_until
+                    .lock()
+                    .is_none_or(|until| Instant::now() < until))
     }
 
     /// The turn's start, with the lease's row, committed in a batch the writer began at
@@ -141,12 +142,24 @@ impl TurnLease {
         if self.held() {
             return true;
         }
+        self.lose();
+        false
+    }
+
+    /// A write of the turn failed its fence: the lease is gone before this replica's clock
+    /// says so (another replica took it over early, or the turn's thread was deleted). The
+    /// turn is stopped, and nothing more is written for it.
+    pub fn fenced_off(&self) {
+        self.lose();
+    }
+
+    /// Note the loss and stop the turn, once.
+    fn lose(&self) {
         if !self.lost.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!(message = %self.message_id, replica = %self.owner, "lost a turn's lease; stopping the turn");
             self.lost_count.inc();
             self.cancel.cancel();
         }
-        false
     }
 
     /// The op that makes a write commit only while the lease is held (none where no other

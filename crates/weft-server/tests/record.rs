@@ -348,10 +348,12 @@ async fn a_turn_whose_writes_fail_is_never_reported_saved() {
     let errors = of_type(&rest, "error");
     assert_eq!(errors.len(), 1, "{rest:?}");
     assert_eq!(errors[0]["code"], "internal");
-    assert!(errors[0]["message"]
-        .as_str()
-        .unwrap()
-        .contains("could not be saved"));
+    // On PostgreSQL the turn's lease went with its thread, and the write's fence says so.
+    let told = errors[0]["message"].as_str().unwrap();
+    assert!(
+        told.contains("could not be saved") || told.contains("lost the turn's lease"),
+        "{told}"
+    );
     server.stop().await;
 }
 

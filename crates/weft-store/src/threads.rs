@@ -88,9 +88,20 @@ impl Store {
         Ok(())
     }
 
-    /// Delete a thread and everything recorded under it.
+    /// Delete a thread and everything recorded under it. Its turns' leases (which would go
+    /// with their messages anyway, `ON DELETE CASCADE`) are deleted first, so the delete
+    /// locks what a replica's batch for one of its turns locks in the batch's order, lease
+    /// then rows: a replica still writing that turn (one that did not answer the stop) is
+    /// waited for, or finds its lease gone and its writes fenced off, instead of the two
+    /// deadlocking over the message's row and its lease.
     pub async fn delete_thread(&self, id: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "DELETE FROM turn_leases WHERE message_id IN (SELECT id FROM messages WHERE thread_id = $1)",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query(
             "DELETE FROM items WHERE message_id IN (SELECT id FROM messages WHERE thread_id = $1)",
         )

@@ -127,6 +127,9 @@ pub struct WriteError(pub String);
 /// What a write that started a turn on a thread that already runs one fails with.
 const THREAD_BUSY: &str = "the thread already has a turn running";
 
+/// What a write whose fence failed starts with ([`StoreError::LeaseLost`]'s text).
+const LEASE_LOST: &str = "this replica no longer holds the lease of turn ";
+
 impl WriteError {
     fn from_store(error: &StoreError) -> WriteError {
         if is_second_running_turn(error) {
@@ -139,6 +142,12 @@ impl WriteError {
     /// replica meanwhile, or left by a dead one) is still running.
     pub fn is_thread_busy(&self) -> bool {
         self.0 == THREAD_BUSY
+    }
+
+    /// The write's fence failed: its turn's lease is no longer this replica's (another
+    /// replica took it over, or its thread was deleted).
+    pub fn is_lease_lost(&self) -> bool {
+        self.0.starts_with(LEASE_LOST)
     }
 }
 
@@ -1227,6 +1236,15 @@ impl StoreError {
     pub fn is_thread_busy(&self) -> bool {
         matches!(self, StoreError::Write(m) if m == THREAD_BUSY)
     }
+
+    /// See [`WriteError::is_lease_lost`].
+    pub fn is_lease_lost(&self) -> bool {
+        match self {
+            StoreError::LeaseLost(_) => true,
+            StoreError::Write(m) => m.starts_with(LEASE_LOST),
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1274,6 +1292,15 @@ mod tests {
             }
             self.rest.next_waiting()
         }
+    }
+
+    #[test]
+    fn a_failed_fence_is_told_as_a_lost_lease() {
+        let lost = WriteError::from_store(&StoreError::LeaseLost("m1".to_owned()));
+        assert!(lost.is_lease_lost(), "{lost}");
+        assert!(StoreError::from(lost).is_lease_lost());
+        let other = WriteError::from_store(&StoreError::Write("disk full".to_owned()));
+        assert!(!other.is_lease_lost());
     }
 
     #[test]

@@ -18,14 +18,17 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder, Stored};
 use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
-use weft_store::{now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Queued, Store, WriteOp};
+use weft_store::{
+    now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Queued, Store, StoreError, WriteOp,
+};
 
 use super::{entry_row, results_row, ItemPlace};
 use crate::leases::TurnLease;
 
 /// Why a turn that lost its lease was not saved by this replica.
 pub const LEASE_LOST: &str = "this server lost the turn's lease (it was stopped or cut off \
-    for longer than cluster.lease_ms); the replica that took it over closed the turn";
+    for longer than cluster.lease_ms, or the thread was deleted meanwhile) and no longer \
+    writes the turn; the replica that took it over, if any, closed it";
 
 /// Streamed text and held items reach the database at least this often.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -186,6 +189,9 @@ impl TurnLog {
             match result {
                 Ok(()) => log.flush(),
                 Err(e) => {
+                    if e.is_lease_lost() {
+                        log.lease.fenced_off();
+                    }
                     log.failure.lock().get_or_insert(e.0);
                     log.cancel.cancel();
                 }
@@ -238,7 +244,11 @@ impl TurnLog {
         let mut ops: Vec<WriteOp> = self.lease.fence().into_iter().collect();
         ops.extend(self.take_from(&mut self.state.lock()));
         ops.push(end);
-        self.store.write_ahead(WriteOp::Many(ops)).await
+        let written = self.store.write_ahead(WriteOp::Many(ops)).await;
+        if written.as_ref().is_err_and(StoreError::is_lease_lost) {
+            self.lease.fenced_off();
+        }
+        written
     }
 
     fn take_from(&self, state: &mut LogState) -> Vec<WriteOp> {

@@ -499,9 +499,7 @@ impl TurnTask {
         let (op, message) = finish_turn(record, &mut outcome);
         if !self.lease.check() {
             // Another replica closes the turn; this one must not write to it any more.
-            self.publish_error(ErrorCode::Internal, LEASE_LOST.to_owned());
-            self.publish_done();
-            return;
+            return self.end_without_lease();
         }
         let saved = self.log.write_end(op).await;
         match self
@@ -512,6 +510,8 @@ impl TurnTask {
             None => {
                 self.thread.publish(ServerEvent::Message { message });
             }
+            // Its fence failed: the lease went before this replica's clock said so.
+            Some(_) if !self.lease.check() => return self.end_without_lease(),
             Some(e) => {
                 tracing::error!(error = %e, thread = %self.thread.id, "cannot persist a turn");
                 self.publish_error(
@@ -523,6 +523,12 @@ impl TurnTask {
         if let Some((code, message)) = end_error(&outcome.end, &self.provider_name) {
             self.publish_error(code, message);
         }
+        self.publish_done();
+    }
+
+    /// Tell the clients this replica lost the turn's lease and wrote nothing of its end.
+    fn end_without_lease(&self) {
+        self.publish_error(ErrorCode::Internal, LEASE_LOST.to_owned());
         self.publish_done();
     }
 
