@@ -116,6 +116,17 @@ async fn first_round_on_record(store: &Store) {
     }
 }
 
+/// `DELETE /threads/{thread}` through `replica`, answered 204.
+async fn delete_thread(replica: &Server, thread: &str) {
+    let deleted = reqwest::Client::new()
+        .delete(format!("http://{}/threads/{thread}", replica.addr))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(deleted.as_u16(), 204);
+}
+
 /// Send `frame` and expect it refused with "try again".
 async fn refused_try_again(ws: &mut Ws, frame: Value) {
     send(ws, frame).await;
@@ -267,13 +278,7 @@ async fn stop_and_delete_through_another_replica_reach_the_turn() {
 
     // DELETE through B while A's next turn waits: the turn stops, the thread is gone.
     waiting_turn(&mut on_a, "write it again", Some(&thread)).await;
-    let deleted = reqwest::Client::new()
-        .delete(format!("http://{}/threads/{thread}", b.addr))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(deleted.as_u16(), 204);
+    delete_thread(&b, &thread).await;
     until(&mut on_a, is_done).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
@@ -319,13 +324,7 @@ async fn a_thread_deleted_while_its_replica_is_frozen_stays_deleted_when_the_rep
 
     // A freezes mid-turn; the thread is deleted through B, whose stop A cannot answer.
     a.signal("STOP");
-    let deleted = reqwest::Client::new()
-        .delete(format!("http://{}/threads/{thread}", b.addr))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(deleted.as_u16(), 204);
+    delete_thread(&b, &thread).await;
     assert!(
         store.lease(&message.id).await.unwrap().is_none(),
         "the lease outlived its thread"
