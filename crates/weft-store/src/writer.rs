@@ -151,6 +151,17 @@ impl WriteError {
     }
 }
 
+/// Log a write that failed: at `error`, unless its fence failed, which is how a replica
+/// learns (and the turn's own warning says) that its turn's lease went elsewhere or its
+/// thread was deleted.
+fn log_failure(error: &StoreError) {
+    if error.is_lease_lost() {
+        tracing::warn!(error = %error, "a write was fenced off");
+    } else {
+        tracing::error!(error = %error, "a write failed");
+    }
+}
+
 /// `messages_one_running_turn` refused a second running turn in a thread.
 fn is_second_running_turn(error: &StoreError) -> bool {
     let StoreError::Database(sqlx::Error::Database(db)) = error else {
@@ -616,7 +627,7 @@ async fn commit_batch(
                     observer.committed(1, op.rows(), started.elapsed(), result.is_ok());
                 }
                 if let Err(e) = &result {
-                    tracing::error!(error = %e, "a write failed");
+                    log_failure(e);
                 }
                 if let Some(done) = done {
                     dones.push((done, result.map_err(|e| WriteError::from_store(&e))));
@@ -627,7 +638,7 @@ async fn commit_batch(
         // Committed, or one op that failed: each submitter is told the same.
         result => {
             if let Err(e) = &result {
-                tracing::error!(error = %e, "a write failed");
+                log_failure(e);
             }
             let told = result.map_err(|e| WriteError::from_store(&e));
             batch
