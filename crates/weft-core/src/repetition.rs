@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::validate::compact_into;
+
 /// Tracks consecutive identical calls within one loop level. The last call's name and
 /// arguments (as compact JSON) are kept in buffers reused call after call.
 #[derive(Debug)]
@@ -28,8 +30,7 @@ impl RepetitionGuard {
     /// Record a call; true when it is the `max_identical`-th identical call in a row (or later).
     pub fn is_runaway(&mut self, name: &str, args: &Value) -> bool {
         self.args.clear();
-        // Writing a `Value` into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.args, args);
+        compact_into(&mut self.args, args);
         if self.count > 0 && self.last_name == name && self.last_args == self.args {
             self.count += 1;
         } else {

@@ -198,8 +198,7 @@ impl TreeBuilder {
         let args = args.map(|(a, raw)| {
             // Sized for the text it most often equals, so written without regrowing.
             let mut shown = Vec::with_capacity(raw.map_or(128, |r| r.len()));
-            // Writing a `Value` into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut shown, a);
+            crate::validate::compact_into(&mut shown, a);
             match raw {
                 // Under the preview's limit in bytes, so in characters too.
                 Some(raw) if shown.len() <= PREVIEW_MAX_CHARS && raw.as_bytes() == shown => {

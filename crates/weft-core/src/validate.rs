@@ -33,6 +33,12 @@ pub fn compact(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+/// [`compact`], appended to `buf` (a buffer the caller keeps, or sizes itself).
+pub fn compact_into(buf: &mut Vec<u8>, value: &Value) {
+    // Writing a `Value` into a Vec cannot fail.
+    let _ = serde_json::to_writer(buf, value);
+}
+
 pub fn prepare_args(
     raw: &str,
     schema: &Value,

@@ -146,15 +146,11 @@ impl TurnLease {
         false
     }
 
-    /// A write of the turn failed its fence: the lease is gone before this replica's clock
-    /// says so (another replica took it over early, or the turn's thread was deleted). The
-    /// turn is stopped, and nothing more is written for it.
-    pub fn fenced_off(&self) {
-        self.lose();
-    }
-
-    /// Note the loss and stop the turn, once.
-    fn lose(&self) {
+    /// The lease is gone: its time ran out by this replica's clock, or a write of the turn
+    /// failed its fence first (another replica took it over early, or the turn's thread was
+    /// deleted). Noted (and counted) once, and the turn is stopped; nothing more is written
+    /// for it.
+    pub fn lose(&self) {
         if !self.lost.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!(message = %self.message_id, replica = %self.owner, "lost a turn's lease; stopping the turn");
             self.lost_count.inc();

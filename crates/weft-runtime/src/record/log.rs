@@ -190,7 +190,7 @@ impl TurnLog {
                 Ok(()) => log.flush(),
                 Err(e) => {
                     if e.is_lease_lost() {
-                        log.lease.fenced_off();
+                        log.lease.lose();
                     }
                     log.failure.lock().get_or_insert(e.0);
                     log.cancel.cancel();
@@ -246,7 +246,7 @@ impl TurnLog {
         ops.push(end);
         let written = self.store.write_ahead(WriteOp::Many(ops)).await;
         if written.as_ref().is_err_and(StoreError::is_lease_lost) {
-            self.lease.fenced_off();
+            self.lease.lose();
         }
         written
     }
