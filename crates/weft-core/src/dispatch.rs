@@ -11,8 +11,8 @@ use futures::FutureExt;
 use serde_json::{Map, Value};
 use tracing::Instrument;
 use weft_protocol::{
-    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus, ToolCategory,
-    ToolParallelism, ToolResultMetadata, ToolResultStatus,
+    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ArgValidation, ServerEvent, ToolCallStatus,
+    ToolCategory, ToolParallelism, ToolResultMetadata, ToolResultStatus,
 };
 
 use crate::gate::{Answer, GateDecision};
@@ -26,7 +26,7 @@ use crate::tool::{ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
 use crate::turn::{Delegation, Turn};
-use crate::validate::{parse_arguments, prepare_parsed};
+use crate::validate::{compact, compact_sharing, parse_arguments, prepare_parsed};
 
 /// What the loop must do beyond appending a call's result.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +81,8 @@ struct Planned<'a> {
     call: &'a Call,
     /// Arguments as shown on the card (parsed when possible, else the raw text).
     shown_args: Value,
+    /// The same as compact JSON (the model's own text when it is that): the tree's preview.
+    shown_text: Arc<str>,
     injected: Map<String, Value>,
     action: Action,
 }
@@ -176,9 +178,13 @@ fn preflight<'a>(
         Ok(map) => Value::Object(map.clone()),
         Err(_) => Value::String(request.arguments.to_string()),
     };
+    // Written out once: the card's preview, and the repetition guard's key below.
+    let shown_text = compact_sharing(&shown_args, &request.arguments);
+    let guard_key = shown_text.clone();
     let planned = move |action, injected| Planned {
         call,
         shown_args,
+        shown_text,
         injected,
         action,
     };
@@ -244,7 +250,15 @@ fn preflight<'a>(
             )
         }
     };
-    if guard.is_runaway(name, &prepared.args) {
+    // The tool's arguments are the card's unless some were split off or coerced.
+    let as_shown =
+        prepared.injected.is_empty() && turn.config.arg_validation != ArgValidation::Lenient;
+    let runaway = if as_shown {
+        guard.is_runaway(name, &guard_key)
+    } else {
+        guard.is_runaway(name, &compact(&prepared.args))
+    };
+    if runaway {
         return planned(
             Action::Refuse(prompts::REPETITION_RESULT.to_owned()),
             prepared.injected,
@@ -315,6 +329,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> 
     let Planned {
         call,
         shown_args,
+        shown_text,
         injected,
         action,
     } = planned;
@@ -333,7 +348,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> 
             depth: level.depth,
             metadata: None,
         };
-        turn.events.emit_call_start(start, &call.request.arguments);
+        turn.events.emit_call_start(start, shown_text);
     }
 
     // Every call the model emits counts, refused ones included.

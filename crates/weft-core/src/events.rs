@@ -65,10 +65,11 @@ impl EventSink {
         self.deliver(event);
     }
 
-    /// Emit a call's `start`, whose arguments the model sent as `raw`: the tree keeps that
-    /// text (shared with the history) rather than a copy when it is what the card shows.
-    pub fn emit_call_start(&self, event: ServerEvent, raw: &Arc<str>) {
-        self.inner.tree.lock().observe_call(&event, Some(raw));
+    /// Emit a call's `start`, whose card's arguments are `shown` as compact JSON
+    /// (`validate::compact_sharing`: the model's own text, shared with the history, when it is
+    /// that): the tree keeps that text rather than writing the arguments out again.
+    pub fn emit_call_start(&self, event: ServerEvent, shown: Arc<str>) {
+        self.inner.tree.lock().observe_call(&event, Some(shown));
         self.deliver(event);
     }
 

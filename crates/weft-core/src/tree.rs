@@ -137,7 +137,9 @@ impl TreeBuilder {
 
     /// Feed one event, a call's `start` with its arguments as the model sent them (`raw`):
     /// the node keeps that text itself when it is what the preview shows.
-    pub(crate) fn observe_call(&mut self, event: &ServerEvent, raw: Option<&Arc<str>>) {
+    /// [`TreeBuilder::observe`], for a call whose card's arguments are already written out as
+    /// compact JSON (`shown`).
+    pub(crate) fn observe_call(&mut self, event: &ServerEvent, shown: Option<Arc<str>>) {
         let ServerEvent::ToolCallUpdate {
             tool_call_id,
             name,
@@ -157,7 +159,7 @@ impl TreeBuilder {
                 tool_call_id,
                 parent_id.as_deref(),
                 name,
-                args.as_ref().map(|a| (a, raw)),
+                args.as_ref().map(|a| (a, shown)),
                 *depth,
             ),
             ToolCallStatus::End => self.end(
@@ -181,30 +183,28 @@ impl TreeBuilder {
         self.start_sharing(id, parent_id, name, args.map(|a| (a, None)), depth);
     }
 
-    /// A call started, with its arguments as the model sent them when they are known.
+    /// A call started, with its arguments as compact JSON when they are written out already.
     fn start_sharing(
         &mut self,
         id: &str,
         parent_id: Option<&str>,
         name: &str,
-        args: Option<(&Value, Option<&Arc<str>>)>,
+        args: Option<(&Value, Option<Arc<str>>)>,
         depth: u32,
     ) {
         let title = args
+            .as_ref()
             .filter(|_| name == "run_subtask")
             .and_then(|(a, _)| a.get("title"))
             .and_then(|t| t.as_str())
             .map(preview);
-        let args = args.map(|(a, raw)| {
-            // Sized for the text it most often equals, so written without regrowing.
-            let mut shown = Vec::with_capacity(raw.map_or(128, |r| r.len()));
-            crate::validate::compact_into(&mut shown, a);
-            match raw {
-                // Under the preview's limit in bytes, so in characters too.
-                Some(raw) if shown.len() <= PREVIEW_MAX_CHARS && raw.as_bytes() == shown => {
-                    raw.clone()
-                }
-                _ => Arc::from(preview(&String::from_utf8_lossy(&shown))),
+        let args = args.map(|(a, shown)| {
+            let shown = shown.unwrap_or_else(|| Arc::from(crate::validate::compact(a)));
+            // Under the preview's limit in bytes, so in characters too: kept as it is.
+            if shown.len() <= PREVIEW_MAX_CHARS {
+                shown
+            } else {
+                Arc::from(preview(&shown))
             }
         });
         self.nodes.push(Node::new(
@@ -342,7 +342,10 @@ mod tests {
         assert_eq!(tree.take().0.nodes[0].result_preview, None);
     }
 
+    /// A call's start as dispatch emits it: its card's arguments written out once, sharing the
+    /// model's `raw` text when they are that.
     fn start_with_raw(tree: &mut TreeBuilder, id: &str, args: Value, raw: &Arc<str>) {
+        let shown = crate::validate::compact_sharing(&args, raw);
         let event = ServerEvent::ToolCallUpdate {
             tool_call_id: id.to_owned(),
             name: "echo".to_owned(),
@@ -354,7 +357,7 @@ mod tests {
             depth: 0,
             metadata: None,
         };
-        tree.observe_call(&event, Some(raw));
+        tree.observe_call(&event, Some(shown));
     }
 
     #[test]

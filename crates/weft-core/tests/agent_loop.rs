@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
-use serde_json::json;
+use serde_json::{json, Value};
 use support::tools::{Behaviour, TestTool};
 use support::{assert_no_orphans, lines, result_of, Harness, ModelCalls};
 use weft_core::{Role, TurnEnd};
@@ -333,6 +333,49 @@ async fn repeated_identical_calls_are_refused() {
         _ => None,
     });
     assert!(last_error.unwrap().contains("identical arguments"));
+}
+
+/// The guard compares what the tool would get: arguments that differ only in an injected
+/// arg (split off before the tool runs) are the same call again.
+#[tokio::test]
+async fn calls_that_differ_only_in_injected_args_count_as_identical() {
+    let tool = TestTool::new("echo")
+        .schema(json!({"type": "object", "properties": {"x": {"type": "integer"}}}));
+    let probe = tool.probe();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[("c1", "echo", json!({"x": 1, "run_origin": "a"}))]),
+        calls(&[("c2", "echo", json!({"x": 1, "run_origin": "b"}))]),
+        calls(&[("c3", "echo", json!({"x": 1, "run_origin": "c"}))]),
+        {"text": "done"}
+    ]}]}))
+    .tool(tool)
+    .config(|c| {
+        c.max_identical_calls = 3;
+        c.injected_tool_args
+            .insert("run_origin".into(), "Caller surface.".into());
+    });
+    let (_, events) = h.run().await;
+    let errors: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::ToolCallUpdate {
+                is_error: Some(err),
+                ..
+            } => Some(*err),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors, vec![false, false, true]);
+    assert_eq!(probe.calls.lock().len(), 2);
+    // The cards show what the model sent, injected arg and all.
+    let shown: Vec<Value> = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::ToolCallUpdate { args: Some(a), .. } => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(shown[2], json!({"x": 1, "run_origin": "c"}));
 }
 
 #[tokio::test]
