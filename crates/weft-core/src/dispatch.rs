@@ -112,6 +112,9 @@ pub(crate) async fn dispatch(
     calls: &[Call],
     guard: &mut RepetitionGuard,
 ) -> Vec<CallResult> {
+    if !level.quiet {
+        turn.events.expect_calls(calls.len());
+    }
     let mut planned: Vec<Option<Planned<'_>>> = calls
         .iter()
         .map(|call| Some(preflight(turn, level, call, guard)))

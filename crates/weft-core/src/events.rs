@@ -60,6 +60,11 @@ impl EventSink {
         }
     }
 
+    /// A round of `calls` calls is about to start: the tree makes room for them at once.
+    pub fn expect_calls(&self, calls: usize) {
+        self.inner.tree.lock().reserve_exact(calls);
+    }
+
     pub fn emit(&self, event: ServerEvent) {
         self.inner.tree.lock().observe(&event);
         self.deliver(event);

@@ -245,6 +245,13 @@ impl TreeBuilder {
         }
     }
 
+    /// Room for `calls` more calls (a round's), so the tree holds what its calls need and
+    /// not the spare half that doubling leaves: a turn holds its tree for its whole life.
+    pub fn reserve_exact(&mut self, calls: usize) {
+        self.nodes.reserve_exact(calls);
+        self.records.reserve_exact(calls);
+    }
+
     /// Hand over the tree and the records, leaving the builder empty.
     pub fn take(&mut self) -> (ExecutionTreeSnapshot, Vec<ToolCallRecord>) {
         (
