@@ -304,6 +304,20 @@ async fn a_fatal_tool_error_ends_the_turn() {
     assert_eq!(outcome.end, TurnEnd::Failed("store is gone".to_owned()));
 }
 
+/// Whether each call that ended was an error, in the order they ended.
+fn error_flags(events: &[ServerEvent]) -> Vec<bool> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::ToolCallUpdate {
+                is_error: Some(err),
+                ..
+            } => Some(*err),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn repeated_identical_calls_are_refused() {
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
@@ -315,17 +329,7 @@ async fn repeated_identical_calls_are_refused() {
         c.max_iterations_per_level = 4;
     });
     let (_, events) = h.run().await;
-    let results: Vec<bool> = events
-        .iter()
-        .filter_map(|e| match e {
-            ServerEvent::ToolCallUpdate {
-                is_error: Some(err),
-                ..
-            } => Some(*err),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(results, vec![false, false, true, true]);
+    assert_eq!(error_flags(&events), vec![false, false, true, true]);
     let last_error = events.iter().rev().find_map(|e| match e {
         ServerEvent::ToolCallUpdate {
             result: Some(r), ..
@@ -355,17 +359,7 @@ async fn calls_that_differ_only_in_injected_args_count_as_identical() {
             .insert("run_origin".into(), "Caller surface.".into());
     });
     let (_, events) = h.run().await;
-    let errors: Vec<bool> = events
-        .iter()
-        .filter_map(|e| match e {
-            ServerEvent::ToolCallUpdate {
-                is_error: Some(err),
-                ..
-            } => Some(*err),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(errors, vec![false, false, true]);
+    assert_eq!(error_flags(&events), vec![false, false, true]);
     assert_eq!(probe.calls.lock().len(), 2);
     // The cards show what the model sent, injected arg and all.
     let shown: Vec<Value> = events
