@@ -135,10 +135,9 @@ impl TreeBuilder {
         self.observe_call(event, None);
     }
 
-    /// Feed one event, a call's `start` with its arguments as the model sent them (`raw`):
-    /// the node keeps that text itself when it is what the preview shows.
     /// [`TreeBuilder::observe`], for a call whose card's arguments are already written out as
-    /// compact JSON (`shown`).
+    /// compact JSON (`shown`): the node keeps that text itself when it is what the preview
+    /// shows.
     pub(crate) fn observe_call(&mut self, event: &ServerEvent, shown: Option<Arc<str>>) {
         let ServerEvent::ToolCallUpdate {
             tool_call_id,

@@ -35,18 +35,13 @@ pub fn compact(value: &Value) -> String {
     sonic_rs::to_string(value).unwrap_or_default()
 }
 
-/// [`compact`], appended to `buf` (a buffer the caller keeps, or sizes itself).
-pub fn compact_into(buf: &mut Vec<u8>, value: &Value) {
-    // Writing a `Value` into a Vec cannot fail.
-    let _ = sonic_rs::to_writer(&mut *buf, value);
-}
-
 /// [`compact`], sharing `raw` when `raw` is that very text: a model's arguments most often
 /// are, so a call's card, its preview in the tree and the repetition guard hold one copy.
 pub fn compact_sharing(value: &Value, raw: &Arc<str>) -> Arc<str> {
     // Sized for the text it most often equals, so written without regrowing.
     let mut text = Vec::with_capacity(raw.len());
-    compact_into(&mut text, value);
+    // Writing a `Value` into a Vec cannot fail.
+    let _ = sonic_rs::to_writer(&mut text, value);
     if text == raw.as_bytes() {
         return raw.clone();
     }
