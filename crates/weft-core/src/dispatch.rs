@@ -4,7 +4,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use futures::future::join_all;
 use futures::FutureExt;
@@ -15,6 +15,7 @@ use weft_protocol::{
     ToolCategory, ToolParallelism, ToolResultMetadata, ToolResultStatus,
 };
 
+use crate::clock::{millis, unix_now};
 use crate::gate::{Answer, GateDecision};
 use crate::level::Level;
 use crate::prompts;
@@ -398,7 +399,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> 
         status: settled.status,
         started_at,
         completed_at: unix_now(),
-        execution_time_ms: started.elapsed().as_secs_f64() * 1000.0,
+        execution_time_ms: millis(started.elapsed()),
         approval_status: settled.approval,
         approval_id: (settled.approval != ApprovalStatus::NotRequired)
             .then(|| call.wire_id.clone()),
@@ -775,11 +776,4 @@ pub(crate) fn maybe_ran(turn: &Turn, level: &Level, call: &Call) -> CallResult {
 
 fn unix_now_ms() -> i64 {
     (unix_now() * 1000.0) as i64
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }

@@ -4,7 +4,7 @@
 //! gate and approvals, budget, timeouts, truncation or offloading, metadata, events, record.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -14,6 +14,7 @@ use weft_protocol::{
 };
 
 use crate::calls::CallSite;
+use crate::clock::{millis, unix_now};
 use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::record::{new_call_id, Call, Place, RecordedResult};
@@ -258,7 +259,7 @@ impl HostedTurn {
             },
             started_at: call.started_at,
             completed_at: unix_now(),
-            execution_time_ms: call.started.elapsed().as_secs_f64() * 1000.0,
+            execution_time_ms: millis(call.started.elapsed()),
             approval_status: ApprovalStatus::NotRequired,
             approval_id: None,
             injected_args: Default::default(),
@@ -340,11 +341,4 @@ fn cut_at_char(text: &str, bytes: usize) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }

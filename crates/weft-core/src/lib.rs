@@ -28,6 +28,7 @@ pub mod validate;
 
 mod awareness;
 mod classic;
+mod clock;
 mod compact;
 mod context;
 mod dispatch;

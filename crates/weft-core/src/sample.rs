@@ -7,6 +7,7 @@ use futures::{FutureExt, StreamExt};
 use weft_protocol::ServerEvent;
 
 use crate::budget::BudgetTrip;
+use crate::clock::millis;
 use crate::level::Level;
 use crate::message::{ChatMessage, ToolCallRequest};
 use crate::provider::{
@@ -275,7 +276,7 @@ impl CallAccount<'_> {
             output_tokens: self.usage.output_tokens,
             tool_calls: self.tool_calls,
             cost_usd: cost,
-            duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+            duration_ms: millis(self.started.elapsed()),
             error: error.map(str::to_owned),
         });
         // The response is kept; a cap passed by it ends the turn after this call.
