@@ -7,6 +7,7 @@ pub mod artifacts;
 pub mod budget;
 pub mod calls;
 pub mod catalogue;
+pub mod clock;
 pub mod cost;
 pub mod events;
 pub mod gate;
@@ -28,7 +29,6 @@ pub mod validate;
 
 mod awareness;
 mod classic;
-mod clock;
 mod compact;
 mod context;
 mod dispatch;

@@ -186,7 +186,7 @@ impl Progress {
 
     fn settle(&mut self, i: usize, outcome: Result<Ports, String>, took: std::time::Duration) {
         let run = &mut self.runs[i];
-        run.duration_ms = took.as_secs_f64() * 1000.0;
+        run.duration_ms = weft_core::clock::millis(took);
         match outcome {
             Ok(ports) => {
                 run.status = NodeStatus::Completed;
