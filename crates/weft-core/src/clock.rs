@@ -11,6 +11,11 @@ pub(crate) fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Now, in Unix milliseconds.
+pub(crate) fn unix_now_ms() -> i64 {
+    (unix_now() * 1000.0) as i64
+}
+
 /// `elapsed` in milliseconds, to the nanosecond. The nanoseconds are divided by a million
 /// (one rounding), so 2,934 ns reads `0.002934`; seconds times a thousand (two roundings)
 /// read `0.0029340000000000004` in every frame, row and tree that carried it.

@@ -11,11 +11,11 @@ use futures::FutureExt;
 use serde_json::{Map, Value};
 use tracing::Instrument;
 use weft_protocol::{
-    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ArgValidation, ServerEvent, ToolCallStatus,
-    ToolCategory, ToolParallelism, ToolResultMetadata, ToolResultStatus,
+    ApprovalDecision, ApprovalOutcome, ApprovalStatus, ServerEvent, ToolCallStatus, ToolCategory,
+    ToolParallelism, ToolResultMetadata, ToolResultStatus,
 };
 
-use crate::clock::{millis, unix_now};
+use crate::clock::{millis, unix_now, unix_now_ms};
 use crate::gate::{Answer, GateDecision};
 use crate::level::Level;
 use crate::prompts;
@@ -254,10 +254,9 @@ fn preflight<'a>(
             )
         }
     };
-    // The tool's arguments are the card's unless some were split off or coerced.
-    let as_shown =
-        prepared.injected.is_empty() && turn.config.arg_validation != ArgValidation::Lenient;
-    let runaway = if as_shown {
+    // The guard keys on what the tool gets: the card's text unless something was split off
+    // or coerced.
+    let runaway = if prepared.as_sent {
         guard.is_runaway(name, &guard_key)
     } else {
         guard.is_runaway(name, &compact(&prepared.args))
@@ -772,8 +771,4 @@ pub(crate) fn maybe_ran(turn: &Turn, level: &Level, call: &Call) -> CallResult {
         effect: Effect::None,
         metadata,
     }
-}
-
-fn unix_now_ms() -> i64 {
-    (unix_now() * 1000.0) as i64
 }

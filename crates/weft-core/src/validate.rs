@@ -11,6 +11,8 @@ use weft_protocol::{ArgValidation, InjectedArgs};
 pub struct PreparedArgs {
     pub args: Value,
     pub injected: Map<String, Value>,
+    /// The arguments are the model's as parsed: nothing split off, dropped or coerced.
+    pub as_sent: bool,
 }
 
 /// Parse raw argument text into an object; empty text is `{}`.
@@ -78,9 +80,8 @@ pub fn prepare_parsed(
             injected.insert(key.clone(), v);
         }
     }
-    if mode == ArgValidation::Lenient {
-        coerce_lenient(&mut args, schema);
-    }
+    let coerced = mode == ArgValidation::Lenient && coerce_lenient(&mut args, schema);
+    let as_sent = injected.is_empty() && !coerced;
     let args = Value::Object(args);
     if mode != ArgValidation::None {
         if let Some(validator) = validator {
@@ -100,21 +101,28 @@ pub fn prepare_parsed(
             }
         }
     }
-    Ok(PreparedArgs { args, injected })
+    Ok(PreparedArgs {
+        args,
+        injected,
+        as_sent,
+    })
 }
 
-/// Coerce what is safely coercible toward the schema and drop properties it does not know.
-pub fn coerce_lenient(args: &mut Map<String, Value>, schema: &Value) {
+/// Coerce what is safely coercible toward the schema and drop properties it does not know;
+/// true when anything changed.
+pub fn coerce_lenient(args: &mut Map<String, Value>, schema: &Value) -> bool {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
-        return;
+        return false;
     };
     let open = matches!(
         schema.get("additionalProperties"),
         Some(Value::Bool(true)) | Some(Value::Object(_))
     );
+    let before = args.len();
     if !open {
         args.retain(|k, _| props.contains_key(k));
     }
+    let mut changed = args.len() != before;
     for (key, value) in args.iter_mut() {
         let Some(ty) = props
             .get(key)
@@ -124,9 +132,11 @@ pub fn coerce_lenient(args: &mut Map<String, Value>, schema: &Value) {
             continue;
         };
         if let Some(coerced) = coerce_value(value, ty) {
+            changed |= coerced != *value;
             *value = coerced;
         }
     }
+    changed
 }
 
 fn coerce_value(value: &Value, ty: &str) -> Option<Value> {
@@ -194,6 +204,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.args, json!({"n":3,"ok":true,"s":"7"}));
+        assert!(!ok.as_sent);
+        assert!(run(r#"{"n":3}"#, ArgValidation::Lenient).unwrap().as_sent);
+        assert!(run(r#"{"n":3}"#, ArgValidation::Strict).unwrap().as_sent);
     }
 
     #[test]
