@@ -12,6 +12,7 @@ use sqlx::AnyConnection;
 use sqlx::Connection;
 
 use crate::rows::MessageRow;
+use crate::statements::{kept, numbered};
 use crate::{Backend, Result, Store};
 
 /// Renews an owner's leases. On PostgreSQL it passes over a lease whose row is locked for
@@ -211,17 +212,20 @@ impl Store {
 /// transaction takes the database's write lock first (waiting its turn) instead of reading
 /// first and failing to upgrade (`database is locked`) when another connection wrote
 /// meanwhile.
-pub(crate) fn fence_sql(backend: Backend, count: usize, ends: bool) -> String {
-    let list: Vec<String> = (0..count).map(|i| format!("${}", i + 3)).collect();
-    let list = list.join(", ");
-    let held = format!("owner = $1 AND expires_at > $2 AND message_id IN ({list})");
-    match (ends, backend) {
-        (true, _) => format!("DELETE FROM turn_leases WHERE {held} RETURNING message_id"),
-        (false, Backend::Postgres) => {
-            format!("SELECT message_id FROM turn_leases WHERE {held} FOR KEY SHARE")
+pub(crate) fn fence_sql(backend: Backend, count: usize, ends: bool) -> Arc<str> {
+    kept(("fence", "", backend, count, usize::from(ends)), || {
+        let held = format!(
+            "owner = $1 AND expires_at > $2 AND message_id IN ({})",
+            numbered(3, count)
+        );
+        match (ends, backend) {
+            (true, _) => format!("DELETE FROM turn_leases WHERE {held} RETURNING message_id"),
+            (false, Backend::Postgres) => {
+                format!("SELECT message_id FROM turn_leases WHERE {held} FOR KEY SHARE")
+            }
+            (false, Backend::Sqlite) => format!(
+                "UPDATE turn_leases SET expires_at = expires_at WHERE {held} RETURNING message_id"
+            ),
         }
-        (false, Backend::Sqlite) => format!(
-            "UPDATE turn_leases SET expires_at = expires_at WHERE {held} RETURNING message_id"
-        ),
-    }
+    })
 }

@@ -43,6 +43,28 @@ pub(crate) fn insert_text(backend: Backend, sql: &InsertSql, rows: usize) -> Arc
     })
 }
 
+/// Most ids one of the writer's `IN (…)` lists carries.
+pub(crate) const LIST_MAX: usize = 64;
+
+/// `ids` (1 to [`LIST_MAX`] of them) as an `IN (…)` list's values, padded to the next power of
+/// two with the last id again (which matches nothing more): a list of any length is one of
+/// seven statement texts, each prepared once and kept in the connection's statement cache.
+/// One text per length (64 of each such statement) pushed one another out of that cache, and
+/// most commits prepared their statements again.
+pub(crate) fn padded<'a>(ids: &[&'a str]) -> Vec<&'a str> {
+    let mut list = ids.to_vec();
+    if let Some(&last) = ids.last() {
+        list.resize(ids.len().next_power_of_two(), last);
+    }
+    list
+}
+
+/// `$from, $from+1, …`: `n` numbered parameters, for an `IN (…)` list.
+pub(crate) fn numbered(from: usize, n: usize) -> String {
+    let list: Vec<String> = (from..from + n).map(|i| format!("${i}")).collect();
+    list.join(", ")
+}
+
 /// `($1, $2), ($3, $4)` for PostgreSQL, numbered after `before` parameters; `(?, ?), (?, ?)`
 /// for SQLite, whose bind-parameter lookup by name is linear per parameter (quadratic for a
 /// big multi-row insert).
@@ -111,6 +133,18 @@ mod tests {
             &*insert_text(Backend::Postgres, &plain, 1),
             "INSERT INTO pairs (a, b) VALUES ($1, $2)"
         );
+    }
+
+    #[test]
+    fn a_list_is_padded_to_a_power_of_two_with_its_last_id() {
+        assert_eq!(padded(&["a"]), ["a"]);
+        assert_eq!(padded(&["a", "b", "c"]), ["a", "b", "c", "c"]);
+        let five = ["a", "b", "c", "d", "e"];
+        assert_eq!(padded(&five), ["a", "b", "c", "d", "e", "e", "e", "e"]);
+        let full = ["x"; LIST_MAX];
+        assert_eq!(padded(&full).len(), LIST_MAX);
+        assert!(padded(&[]).is_empty());
+        assert_eq!(numbered(3, 2), "$3, $4");
     }
 
     #[test]

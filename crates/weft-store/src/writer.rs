@@ -20,7 +20,9 @@ use tokio::sync::{mpsc, oneshot, OwnedRwLockWriteGuard, RwLock};
 
 use crate::leases::{fence_sql, LeaseRow};
 use crate::rows::{ApprovalRow, ItemRow, ModelCallRow, NewMessage, ThreadRow};
-use crate::statements::{insert_text, kept, placeholders_after, InsertSql};
+use crate::statements::{
+    insert_text, kept, numbered, padded, placeholders_after, InsertSql, LIST_MAX,
+};
 use crate::{now_ms, Backend, Result, StoreError};
 
 /// One unit of work for the writer.
@@ -776,34 +778,37 @@ impl<'a> Plan<'a> {
         let mut ids: Vec<&str> = self.fences.iter().map(|(_, id)| *id).collect();
         ids.sort_unstable();
         ids.dedup();
+        // The list padded (its texts are few); the leases it must find, counted apart.
+        let list = padded(&ids);
         let shape = (
             "fenced round",
             "",
             Backend::Postgres,
-            ids.len(),
+            list.len(),
             self.items.len(),
         );
         let text = kept(shape, || {
-            let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", i + 3)).collect();
             let values = placeholders_after(
                 Backend::Postgres,
-                2 + ids.len(),
+                3 + list.len(),
                 self.items.len(),
                 ITEMS.columns,
             );
             format!(
                 "WITH held AS (SELECT message_id FROM turn_leases WHERE owner = $1 AND expires_at > $2 \
                  AND message_id IN ({}) FOR SHARE) \
-                 {} SELECT * FROM (VALUES {values}) AS v WHERE (SELECT count(*) FROM held) = {}{} RETURNING 1",
-                list.join(", "),
+                 {} SELECT * FROM (VALUES {values}) AS v WHERE (SELECT count(*) FROM held) = $3{} RETURNING 1",
+                numbered(4, list.len()),
                 ITEMS.head,
-                ids.len(),
                 ITEMS.tail
             )
         });
-        let mut query = sqlx::query(&text).bind(self.fences[0].0).bind(now_ms());
-        for id in &ids {
-            query = query.bind(*id);
+        let mut query = sqlx::query(&text)
+            .bind(self.fences[0].0)
+            .bind(now_ms())
+            .bind(ids.len() as i64);
+        for id in list {
+            query = query.bind(id);
         }
         for item in &self.items {
             query = bind_item(query, item);
@@ -831,7 +836,7 @@ impl<'a> Plan<'a> {
         .await?;
         insert_many(conn, b, &LEASES, &self.leases, bind_lease, light).await?;
         check_fences(conn, b, &self.fences, &self.finished).await?;
-        touch_threads(conn, &self.touched).await?;
+        touch_threads(conn, b, &self.touched).await?;
         for (id, mode) in &self.modes {
             sqlx::query("UPDATE threads SET permission_mode = $1 WHERE id = $2")
                 .bind(*mode)
@@ -876,7 +881,7 @@ impl<'a> Plan<'a> {
             light,
         )
         .await?;
-        end_leases(conn, &self.finished, &self.fences).await?;
+        end_leases(conn, b, &self.finished, &self.fences).await?;
         insert_many(conn, b, &MODEL_CALLS, &self.models, bind_model_call, light).await?;
         Ok(())
     }
@@ -908,11 +913,12 @@ async fn check_fences(
         let (ending, going_on): (Vec<&str>, Vec<&str>) =
             ids.iter().partition(|id| finished.contains(**id));
         for (ids, ends) in [(ending, true), (going_on, false)] {
-            for chunk in ids.chunks(64) {
-                let text = fence_sql(b, chunk.len(), ends);
+            for chunk in ids.chunks(LIST_MAX) {
+                let list = padded(chunk);
+                let text = fence_sql(b, list.len(), ends);
                 let mut query = sqlx::query_scalar(&text).bind(owner).bind(now);
-                for id in chunk {
-                    query = query.bind(*id);
+                for id in list {
+                    query = query.bind(id);
                 }
                 let held: Vec<String> = query.fetch_all(&mut *conn).await?;
                 if let Some(lost) = chunk.iter().find(|id| !held.iter().any(|h| h == *id)) {
@@ -945,6 +951,7 @@ async fn drop_messages(conn: &mut AnyConnection, thread_id: &str, position: i64)
 /// A turn that ended needs no lease (a fenced one's went with its fence).
 async fn end_leases(
     conn: &mut AnyConnection,
+    b: Backend,
     finished: &[&NewMessage],
     fences: &[(&str, &str)],
 ) -> Result<()> {
@@ -957,15 +964,15 @@ async fn end_leases(
         .map(|m| m.id.as_str())
         .filter(|id| !fenced.contains(id))
         .collect();
-    for chunk in unfenced.chunks(64) {
-        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 1)).collect();
-        let text = format!(
-            "DELETE FROM turn_leases WHERE message_id IN ({})",
-            list.join(", ")
-        );
+    for chunk in unfenced.chunks(LIST_MAX) {
+        let list = padded(chunk);
+        let text = kept(("end leases", "", b, list.len(), 0), || {
+            let ids = numbered(1, list.len());
+            format!("DELETE FROM turn_leases WHERE message_id IN ({ids})")
+        });
         let mut query = sqlx::query(&text);
-        for id in chunk {
-            query = query.bind(*id);
+        for id in list {
+            query = query.bind(id);
         }
         query.execute(&mut *conn).await?;
     }
@@ -1140,20 +1147,20 @@ pub(crate) async fn insert_many<T>(
     Ok(())
 }
 
-async fn touch_threads(conn: &mut AnyConnection, ids: &[&str]) -> Result<()> {
+async fn touch_threads(conn: &mut AnyConnection, b: Backend, ids: &[&str]) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
     let now = now_ms();
-    for chunk in ids.chunks(64) {
-        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
-        let text = format!(
-            "UPDATE threads SET updated_at = $1 WHERE id IN ({})",
-            list.join(", ")
-        );
+    for chunk in ids.chunks(LIST_MAX) {
+        let list = padded(chunk);
+        let text = kept(("touch threads", "", b, list.len(), 0), || {
+            let ids = numbered(2, list.len());
+            format!("UPDATE threads SET updated_at = $1 WHERE id IN ({ids})")
+        });
         let mut query = sqlx::query(&text).bind(now);
-        for id in chunk {
-            query = query.bind(*id);
+        for id in list {
+            query = query.bind(id);
         }
         query.execute(&mut *conn).await?;
     }
