@@ -56,7 +56,8 @@ pub(crate) async fn fit(
     }
     let (older, newer) = units.split_at(keep_from);
     let transcript = transcript(older, usize::try_from(limit).unwrap_or(usize::MAX));
-    let summary = match summarize(turn, level, &transcript).await {
+    // Boxed: a summary is made rarely, and its future kept inline would size every turn's.
+    let summary = match Box::pin(summarize(turn, level, &transcript)).await {
         Ok(summary) => summary,
         Err(SampleError::Stopped) => return Err(Unfit::Stopped),
         Err(SampleError::Provider(e)) => {

@@ -153,7 +153,9 @@ pub(crate) async fn dispatch(
     }
     for i in serial {
         if let Some(p) = planned[i].take() {
-            results[i] = Some(execute(turn, level, p).await);
+            // Boxed: a call's future is far larger than the rest of the round's, and kept
+            // inline it would size every turn's future for as long as the turn lives.
+            results[i] = Some(Box::pin(execute(turn, level, p)).await);
         }
     }
     results.into_iter().flatten().collect()

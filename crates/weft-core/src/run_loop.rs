@@ -56,12 +56,16 @@ pub(crate) fn run_level(
         let mut guard = RepetitionGuard::new(turn.config.max_identical_calls);
         let end = match start.ended {
             Some(end) => end,
-            None => {
-                match settle_cut_round(&turn, &level, start.cut, &mut history, &mut guard).await {
+            // A cut round is settled on the heap (a resumed turn's, once): its future would
+            // otherwise size every level's.
+            None if !start.cut.is_empty() => {
+                let settled = settle_cut_round(&turn, &level, start.cut, &mut history, &mut guard);
+                match Box::pin(settled).await {
                     Some(end) => end,
                     None => drive(&turn, &level, &mut history, &mut all_text, guard).await,
                 }
             }
+            None => drive(&turn, &level, &mut history, &mut all_text, guard).await,
         };
         let history = Arc::try_unwrap(history).unwrap_or_else(|shared| (*shared).clone());
         LevelResult {

@@ -4,6 +4,7 @@
 //! write of its end before `message` and `chunk {done: true}`.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
@@ -71,6 +72,16 @@ enum Begin {
     New(NewStart),
     /// Go on from the record.
     Resumed(Resumed),
+}
+
+/// How a turn's start went.
+enum Opened<'a> {
+    /// It runs from this history, written down by this record.
+    Begun(Vec<ChatMessage>, TurnRecord<'a>),
+    /// Its answer was on record already: it is finished.
+    Answered,
+    /// Its start could not be written.
+    Failed(StoreError),
 }
 
 /// A new turn's start: written (the thread when new, the user message, the running
@@ -234,44 +245,66 @@ impl Runtime {
 
 impl TurnTask {
     /// The turn, from its start (or where it was taken up) to its end. `begin` and `spec` come
-    /// boxed: the task's future keeps room for its arguments as long as it runs.
-    async fn run(self, begin: Box<Begin>, mut spec: Box<TurnSpec>, mode: Arc<dyn ExecutionMode>) {
-        self.runtime.metrics.active_turns.inc();
-        let model = spec.model.clone();
-        let max_history_tokens = spec.config.max_history_tokens;
+    /// boxed: the task's future keeps room for its arguments as long as it runs. An `async`
+    /// block, not an `async fn`: the latter keeps a second copy of `self` in its future.
+    fn run(
+        self,
+        begin: Box<Begin>,
+        mut spec: Box<TurnSpec>,
+        mode: Arc<dyn ExecutionMode>,
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            self.runtime.metrics.active_turns.inc();
+            // The start is its own boxed future, freed once it is done: what it holds (the
+            // start's rows, a resumed turn's record) is not kept beside the running turn.
+            let (history, record) = match Box::pin(self.open(begin, &spec)).await {
+                Opened::Begun(history, record) => (history, record),
+                Opened::Answered => return self.end_task(),
+                Opened::Failed(e) => {
+                    self.not_started(&e);
+                    return self.end_task();
+                }
+            };
+            spec.history = history;
+            self.drive(spec, mode, record).await;
+            self.end_task();
+        }
+    }
+
+    /// A turn whose start could not be written: its frames go, then the error and `done`.
+    fn not_started(&self, error: &StoreError) {
+        self.thread.release_frames(None, 0);
+        tracing::error!(error = %error, thread = %self.thread.id, "cannot start a turn");
+        self.publish_error(
+            ErrorCode::Internal,
+            "the turn could not be started; see the server log".into(),
+        );
+        self.publish_done();
+    }
+
+    /// The turn's start: a new one written and announced, a resumed one taken up from its
+    /// record (and finished at once when its answer was on record already).
+    async fn open(&self, begin: Box<Begin>, spec: &TurnSpec) -> Opened<'_> {
         // The turn's frames wait behind `turn_started`, which waits for the start's commit.
         self.thread.hold_frames();
-        let begun = match unboxed(begin) {
+        match unboxed(begin) {
             Begin::New(start) => {
-                // The start and the end are boxed: only the running turn's own state stays
-                // in its task for as long as it streams.
-                Box::pin(self.begin(start, &model, max_history_tokens)).await
+                let max_history_tokens = spec.config.max_history_tokens;
+                match self.begin(start, &spec.model, max_history_tokens).await {
+                    Ok((history, record)) => Opened::Begun(history, record),
+                    Err(e) => Opened::Failed(e),
+                }
             }
             Begin::Resumed(resumed) if resumed.point.answered => {
                 let (_, record) = self.take_up(resumed);
-                let outcome = answered_outcome(&spec);
-                Box::pin(self.finish(outcome, &record)).await;
-                self.end_task();
-                return;
+                Box::pin(self.finish(answered_outcome(spec), &record)).await;
+                Opened::Answered
             }
-            Begin::Resumed(resumed) => Ok(self.take_up(resumed)),
-        };
-        match begun {
-            Ok((history, record)) => {
-                spec.history = history;
-                self.drive(spec, mode, record).await;
-            }
-            Err(e) => {
-                self.thread.release_frames(None, 0);
-                tracing::error!(error = %e, thread = %self.thread.id, "cannot start a turn");
-                self.publish_error(
-                    ErrorCode::Internal,
-                    "the turn could not be started; see the server log".into(),
-                );
-                self.publish_done();
+            Begin::Resumed(resumed) => {
+                let (history, record) = self.take_up(resumed);
+                Opened::Begun(history, record)
             }
         }
-        self.end_task();
     }
 
     fn end_task(&self) {
@@ -465,24 +498,24 @@ impl TurnTask {
             &self.message_id,
             &self.mode_name,
         );
-        // The mode's future is boxed (so `Unpin`): it is freed below, once it has ended.
-        let mut run = mode.run(unboxed(spec)).instrument(span.clone());
+        let outcome = self
+            .run_mode(mode.run(unboxed(spec)).instrument(span.clone()))
+            .await;
+        Box::pin(self.finish(ended(&span, outcome), &record)).await;
+    }
+
+    /// The mode's run, its record flushed every [`FLUSH_EVERY`] meanwhile. The run's future
+    /// (boxed, so `Unpin`) is freed when this returns, before the end's commit is waited for.
+    async fn run_mode(&self, mut run: impl Future<Output = TurnOutcome> + Unpin) -> TurnOutcome {
         let mut flush =
             tokio::time::interval_at(tokio::time::Instant::now() + FLUSH_EVERY, FLUSH_EVERY);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut outcome = loop {
+        loop {
             tokio::select! {
-                outcome = &mut run => break outcome,
+                outcome = &mut run => return outcome,
                 _ = flush.tick() => self.log.flush(),
             }
-        };
-        telemetry::turn_ended(&span, end_status(&outcome.end));
-        // What the end's commit does not need is freed before waiting for it: the finished
-        // mode's future, the turn's history and its calls' records (the record has them).
-        drop(run);
-        drop(std::mem::take(&mut outcome.history));
-        drop(std::mem::take(&mut outcome.tool_calls));
-        Box::pin(self.finish(outcome, &record)).await;
+        }
     }
 
     /// Persist (and wait for the commit), then tell the clients: the stored message, any
@@ -572,6 +605,17 @@ impl TurnTask {
 /// What `boxed` holds, its box freed now (moving out of a box in an async function keeps the
 /// box's memory until the function ends).
 #[allow(clippy::boxed_local)] // taking the box is the point
+/// The turn's end on its span, and `outcome` without what the end's commit does not need
+/// (the turn's history and its calls' records: the record has them), freed before that commit
+/// is waited for. Outside the task's future: a local borrowed there is kept in the future
+/// across every later wait.
+fn ended(span: &tracing::Span, mut outcome: TurnOutcome) -> TurnOutcome {
+    telemetry::turn_ended(span, end_status(&outcome.end));
+    drop(std::mem::take(&mut outcome.history));
+    drop(std::mem::take(&mut outcome.tool_calls));
+    outcome
+}
+
 fn unboxed<T>(boxed: Box<T>) -> T {
     *boxed
 }
