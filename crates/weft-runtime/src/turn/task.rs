@@ -602,9 +602,6 @@ impl TurnTask {
     }
 }
 
-/// What `boxed` holds, its box freed now (moving out of a box in an async function keeps the
-/// box's memory until the function ends).
-#[allow(clippy::boxed_local)] // taking the box is the point
 /// The turn's end on its span, and `outcome` without what the end's commit does not need
 /// (the turn's history and its calls' records: the record has them), freed before that commit
 /// is waited for. Outside the task's future: a local borrowed there is kept in the future
@@ -616,6 +613,9 @@ fn ended(span: &tracing::Span, mut outcome: TurnOutcome) -> TurnOutcome {
     outcome
 }
 
+/// What `boxed` holds, its box freed now (moving out of a box in an async function keeps the
+/// box's memory until the function ends).
+#[allow(clippy::boxed_local)] // taking the box is the point
 fn unboxed<T>(boxed: Box<T>) -> T {
     *boxed
 }
