@@ -14,6 +14,7 @@ use crate::turn::{finish, Turn};
 /// Run one turn of the unified loop (the `classic` execution mode): the planner pre-pass
 /// when the agent plans, then the loop at depth 0, under the wall clock. An `async` block, not
 /// an `async fn`: the latter keeps a second copy of `spec` in the turn's future.
+#[allow(clippy::manual_async_fn)] // an `async fn` would hold `spec` twice
 pub fn run_classic_turn(mut spec: TurnSpec) -> impl Future<Output = TurnOutcome> + Send {
     async move {
         let turn = Arc::new(Turn::new(&spec, &ENGINE));

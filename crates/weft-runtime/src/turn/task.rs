@@ -247,6 +247,7 @@ impl TurnTask {
     /// The turn, from its start (or where it was taken up) to its end. `begin` and `spec` come
     /// boxed: the task's future keeps room for its arguments as long as it runs. An `async`
     /// block, not an `async fn`: the latter keeps a second copy of `self` in its future.
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold `self` twice
     fn run(
         self,
         begin: Box<Begin>,
