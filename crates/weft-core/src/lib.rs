@@ -12,6 +12,7 @@ pub mod cost;
 pub mod events;
 pub mod gate;
 pub mod hosted;
+pub mod json_text;
 pub mod memory;
 pub mod message;
 pub mod modes;

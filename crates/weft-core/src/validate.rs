@@ -30,24 +30,23 @@ pub fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
-/// A JSON value as compact text, as serde_json writes it. By sonic-rs, which escapes strings
-/// many bytes at a time (serde_json goes byte by byte); frames are written so too and tested
-/// to match (`SharedFrame::encode`).
+/// A JSON value as compact text, as serde_json writes it (see [`json_text`](crate::json_text)).
 pub fn compact(value: &Value) -> String {
-    sonic_rs::to_string(value).unwrap_or_default()
+    crate::json_text::to_string(value).unwrap_or_default()
 }
 
 /// [`compact`], sharing `raw` when `raw` is that very text: a model's arguments most often
 /// are, so a call's card, its preview in the tree and the repetition guard hold one copy.
 pub fn compact_sharing(value: &Value, raw: &Arc<str>) -> Arc<str> {
-    // Sized for the text it most often equals, so written without regrowing.
-    let mut text = Vec::with_capacity(raw.len());
-    // Writing a `Value` into a Vec cannot fail.
-    let _ = sonic_rs::to_writer(&mut text, value);
-    if text == raw.as_bytes() {
-        return raw.clone();
-    }
-    Arc::from(String::from_utf8_lossy(&text))
+    // Writing a `Value` cannot fail.
+    crate::json_text::write(value, |text| {
+        if text == &**raw {
+            raw.clone()
+        } else {
+            Arc::from(text)
+        }
+    })
+    .unwrap_or_else(|_| Arc::from(""))
 }
 
 pub fn prepare_args(

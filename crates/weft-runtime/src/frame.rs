@@ -10,20 +10,11 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use weft_core::json_text;
 use weft_protocol::{ServerEvent, ServerFrame};
 
 /// Who watches: one per socket, per prompt-API request, per bus subscription.
 pub type SubscriberId = u64;
-
-/// Room a thread's encoding buffer starts with, and most it keeps after a big frame.
-const SCRATCH_START: usize = 4 * 1024;
-const SCRATCH_KEPT: usize = 64 * 1024;
-
-thread_local! {
-    /// Where [`SharedFrame::encode`] writes a frame before copying it out.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> =
-        std::cell::RefCell::new(Vec::with_capacity(SCRATCH_START));
-}
 
 /// A frame encoded for the wire, shared by every subscriber and the replay buffer.
 #[derive(Debug)]
@@ -35,25 +26,16 @@ pub struct SharedFrame {
 
 impl SharedFrame {
     pub fn encode(frame: &ServerFrame) -> Arc<SharedFrame> {
-        // Written into this thread's scratch buffer, then copied out at its exact size (replay
-        // keeps it for the whole turn): one allocation a frame, not one per doubling of a
-        // growing string. By sonic-rs, which writes what serde_json would (tested below) but
-        // escapes strings many bytes at a time: serde_json's byte-at-a-time escaping was a
-        // tenth of a W1 turn's instructions for frames alone.
-        let json = SCRATCH.with_borrow_mut(|scratch| {
-            scratch.clear();
-            let json = match sonic_rs::to_writer(&mut *scratch, frame) {
-                Ok(()) => Bytes::copy_from_slice(scratch),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode a frame");
-                    Bytes::from_static(b"{}")
-                }
-            };
-            if scratch.capacity() > SCRATCH_KEPT {
-                *scratch = Vec::with_capacity(SCRATCH_START);
-            }
-            json
-        });
+        // Written into this thread's scratch buffer and copied out at its exact size (replay
+        // keeps it for the whole turn): one allocation a frame ([`json_text`]). By sonic-rs,
+        // which writes what serde_json would (tested below) but escapes strings many bytes at
+        // a time: serde_json's byte-at-a-time escaping was a tenth of a W1 turn's
+        // instructions for frames alone.
+        let json = json_text::write(frame, |text| Bytes::copy_from_slice(text.as_bytes()))
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot encode a frame");
+                Bytes::from_static(b"{}")
+            });
         Arc::new(SharedFrame {
             seq: frame.seq,
             json,
@@ -280,6 +262,9 @@ mod tests {
             r#"{"thread_id":"t","seq":5,"type":"tool_call_update","tool_call_id":"c1","name":"memory_write","status":"end","result":"ok\nline","is_error":false,"parent_id":"p","depth":1,"metadata":{"status":"success","started_at":1764320000.123456,"completed_at":1764320000.5,"execution_time_ms":0.000123,"approval_status":"not_required","approval_id":null,"injected_args":{"user":"u\"1"}}}"#,
             r#"{"type":"budget_exceeded","reason":"cost","limit":200,"observed":200.75,"ends_turn":true}"#,
             r#"{"type":"error","code":"internal","message":"x\u007f\u0080\u00ff"}"#,
+            r#"{"thread_id":"t \"1\"\n","type":"pong"}"#,
+            r#"{"seq":9,"type":"chunk","content":"","done":true,"parent_id":"c~1","depth":2}"#,
+            r#"{"thread_id":"t","seq":0,"type":"cost_summary","llm_calls":1,"tool_calls":0,"input_tokens":0,"output_tokens":0,"cost_usd":0.5}"#,
         ];
         for sample in samples {
             let frame: ServerFrame = serde_json::from_str(sample).unwrap();

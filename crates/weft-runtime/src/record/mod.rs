@@ -17,6 +17,7 @@ pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 
 use std::sync::Arc;
 
+use weft_core::json_text;
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
 
@@ -85,18 +86,18 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
     };
     place.row(
         kind,
-        sonic_rs::to_string(entry).unwrap_or_else(|_| "{}".to_owned()),
+        json_text::to_string(entry).unwrap_or_else(|_| "{}".to_owned()),
     )
 }
 
 /// An item holding one round's results (in their stored form, see [`stored`]). Rows are
-/// written by sonic-rs, as frames are (see `SharedFrame::encode`), byte for byte as serde_json
-/// would write them (tested in [`stored`]).
+/// written by sonic-rs at their exact size ([`json_text`]), as frames are, byte for byte as
+/// serde_json would write them (tested in [`stored`]).
 pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
     let stored: Vec<StoredEntry<'_>> = results.iter().map(StoredEntry).collect();
     place.row(
         ItemKind::ToolResults,
-        sonic_rs::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
+        json_text::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
     )
 }
 

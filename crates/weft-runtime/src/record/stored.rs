@@ -167,12 +167,12 @@ mod tests {
         );
         let stored: Vec<StoredEntry<'_>> = entries.iter().map(StoredEntry).collect();
         assert_eq!(
-            sonic_rs::to_string(&stored).unwrap(),
+            weft_core::json_text::to_string(&stored).unwrap(),
             serde_json::to_string(&stored).unwrap()
         );
         for entry in &entries {
             assert_eq!(
-                sonic_rs::to_string(entry).unwrap(),
+                weft_core::json_text::to_string(entry).unwrap(),
                 serde_json::to_string(entry).unwrap()
             );
         }
