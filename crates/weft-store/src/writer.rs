@@ -765,7 +765,7 @@ impl<'a> Plan<'a> {
             && others.iter().all(|&n| n == 0)
             && !self.items.is_empty()
             && self.items_fit_one_statement()
-            && (1..=64).contains(&self.fences.len())
+            && (1..=LIST_MAX).contains(&self.fences.len())
             && self
                 .fences
                 .iter()
