@@ -66,19 +66,23 @@ impl SharedFrame {
         std::str::from_utf8(&self.json).unwrap_or("{}")
     }
 
+    /// The JSON form's bytes, lent: for copying them out (a socket's batch, a replay block),
+    /// where neither a check of the text nor a share of the bytes is wanted.
+    pub fn json_slice(&self) -> &[u8] {
+        &self.json
+    }
+
     /// The JSON form as shared bytes.
     pub fn json_bytes(&self) -> Bytes {
         self.json.clone()
     }
 
-    /// The MessagePack form (same shape, named fields), made once.
-    pub fn msgpack(&self) -> Bytes {
-        self.msgpack
-            .get_or_init(|| {
-                let value: Value = serde_json::from_slice(&self.json).unwrap_or(Value::Null);
-                Bytes::from(rmp_serde::to_vec_named(&value).unwrap_or_default())
-            })
-            .clone()
+    /// The MessagePack form (same shape, named fields), made once and lent.
+    pub fn msgpack(&self) -> &[u8] {
+        self.msgpack.get_or_init(|| {
+            let value: Value = serde_json::from_slice(&self.json).unwrap_or(Value::Null);
+            Bytes::from(rmp_serde::to_vec_named(&value).unwrap_or_default())
+        })
     }
 }
 
@@ -246,7 +250,7 @@ mod tests {
         let f = frame("hello");
         let (a, b) = (f.msgpack(), f.msgpack());
         assert_eq!(a.as_ptr(), b.as_ptr(), "the MessagePack form is shared");
-        let back: Value = rmp_serde::from_slice(&a).unwrap_or_default();
+        let back: Value = rmp_serde::from_slice(a).unwrap_or_default();
         assert_eq!(back["message"], "hello");
         assert!(f.json().contains("\"hello\""));
     }

@@ -59,7 +59,7 @@ impl Packed {
         let mut json = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
         let mut pieces = Vec::with_capacity(frames.len());
         for frame in frames {
-            json.extend_from_slice(frame.json().as_bytes());
+            json.extend_from_slice(frame.json_slice());
             // One turn's frames (the buffer restarts with each turn) number within 2^26 of
             // its floor, and a block is 16 frames, each far below 4 GB.
             let seq = frame.seq.unwrap_or(0).saturating_sub(base);

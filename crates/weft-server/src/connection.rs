@@ -308,26 +308,33 @@ fn lay_out(
     wire: Wire,
     replies: Vec<u8>,
 ) -> (Vec<u8>, usize, Option<(u16, String)>) {
-    let mut payloads = Vec::with_capacity(batch.len());
-    let (mut taken, mut close) = (0, None);
-    for out in batch.drain(..) {
-        match out {
-            Outbound::Frame(frame) => {
-                taken += frame.len();
-                payloads.push(message(&frame, wire));
-            }
-            Outbound::Close(code, reason) => {
-                close = Some((code, reason));
-                break;
-            }
-        }
+    // The frames up to a close; their payloads are lent by them, copied once into `bytes`.
+    let end = batch
+        .iter()
+        .position(|out| matches!(out, Outbound::Close(..)))
+        .unwrap_or(batch.len());
+    let frames = || {
+        batch[..end].iter().filter_map(|out| match out {
+            Outbound::Frame(frame) => Some(frame),
+            Outbound::Close(..) => None,
+        })
+    };
+    let (mut size, mut taken) = (0, 0);
+    for frame in frames() {
+        size += frame_len(message(frame, wire).1.len());
+        taken += frame.len();
     }
-    let size: usize = payloads.iter().map(|(_, p)| frame_len(p.len())).sum();
     let mut bytes = replies;
     bytes.reserve_exact(size);
-    for (opcode, payload) in &payloads {
-        put_frame(&mut bytes, *opcode, payload);
+    for frame in frames() {
+        let (opcode, payload) = message(frame, wire);
+        put_frame(&mut bytes, opcode, payload);
     }
+    let close = match batch.get_mut(end) {
+        Some(Outbound::Close(code, reason)) => Some((*code, std::mem::take(reason))),
+        _ => None,
+    };
+    batch.clear();
     (bytes, taken, close)
 }
 

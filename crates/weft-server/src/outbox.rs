@@ -6,7 +6,6 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tokio::sync::Notify;
 use weft_protocol::ServerFrame;
 use weft_runtime::frame::SubscriberId;
@@ -112,11 +111,11 @@ impl OutboxState {
     }
 }
 
-/// A frame as a websocket message in `wire`'s format: its kind and payload (JSON text is
-/// valid UTF-8 as encoded).
-pub fn message(frame: &SharedFrame, wire: Wire) -> (Opcode, Bytes) {
+/// A frame as a websocket message in `wire`'s format: its kind and payload, lent by the frame
+/// (JSON text is valid UTF-8 as encoded).
+pub fn message(frame: &SharedFrame, wire: Wire) -> (Opcode, &[u8]) {
     match wire {
-        Wire::Json => (Opcode::Text, frame.json_bytes()),
+        Wire::Json => (Opcode::Text, frame.json_slice()),
         Wire::MsgPack => (Opcode::Binary, frame.msgpack()),
     }
 }
