@@ -361,3 +361,57 @@ async fn close_now(socket: &mut WriteSide, code: u16, reason: &str) {
     })
     .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use weft_protocol::{ServerEvent, ServerFrame};
+    use weft_runtime::SharedFrame;
+
+    use super::*;
+
+    fn frame(text: &str) -> Arc<SharedFrame> {
+        SharedFrame::encode(&ServerFrame::bare(ServerEvent::error(
+            ErrorCode::InvalidJson,
+            text,
+            None,
+        )))
+    }
+
+    /// The frames up to a close are laid out after the replies, each once, in the client's
+    /// format; what they held in the queue is counted by their JSON; what follows the close
+    /// is dropped with the batch.
+    #[test]
+    fn a_batch_is_laid_out_up_to_its_close() {
+        let (a, b, after) = (frame("one"), frame("two"), frame("after the close"));
+        for wire in [Wire::Json, Wire::MsgPack] {
+            let mut batch = vec![
+                Outbound::Frame(a.clone()),
+                Outbound::Frame(b.clone()),
+                Outbound::Close(1008, "too slow".into()),
+                Outbound::Frame(after.clone()),
+            ];
+            let (bytes, taken, close) = lay_out(&mut batch, wire, b"pong".to_vec());
+
+            let mut expected = b"pong".to_vec();
+            for f in [&a, &b] {
+                let (opcode, payload) = message(f, wire);
+                put_frame(&mut expected, opcode, payload);
+            }
+            assert_eq!(bytes, expected);
+            assert_eq!(bytes.capacity(), bytes.len(), "made to its size");
+            assert_eq!(taken, a.len() + b.len());
+            assert_eq!(close, Some((1008, "too slow".to_owned())));
+            assert!(batch.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_batch_without_a_close_is_laid_out_whole() {
+        let a = frame("one");
+        let mut batch = vec![Outbound::Frame(a.clone())];
+        let (bytes, taken, close) = lay_out(&mut batch, Wire::Json, Vec::new());
+        let mut expected = Vec::new();
+        put_frame(&mut expected, Opcode::Text, a.json_slice());
+        assert_eq!((bytes, taken, close), (expected, a.len(), None));
+    }
+}
