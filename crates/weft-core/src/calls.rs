@@ -214,7 +214,7 @@ impl CallSite {
         };
         self.turn
             .recorder
-            .results(self.level.place(), vec![result.recorded()]);
+            .results(self.level.place(), &[result.recorded()]);
         ToolOutcome {
             content: result.content,
             is_error: result.is_error,
@@ -251,9 +251,9 @@ impl CallSite {
         let place = self.level.place();
         self.turn
             .recorder
-            .assistant(place, "", vec![call.recorded()]);
+            .assistant(place, "", std::slice::from_ref(&call));
         let result = dispatch_one(&self.turn, &self.level, &call, &self.guard).await;
-        self.turn.recorder.results(place, vec![result.recorded()]);
+        self.turn.recorder.results(place, &[result.recorded()]);
         ToolOutcome {
             content: result.content,
             is_error: result.is_error,

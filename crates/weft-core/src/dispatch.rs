@@ -55,14 +55,14 @@ pub(crate) struct CallResult {
 }
 
 impl CallResult {
-    pub fn recorded(&self) -> RecordedResult {
+    pub fn recorded(&self) -> RecordedResult<'_> {
         RecordedResult {
-            id: self.wire_id.clone(),
-            call_id: self.call_id.clone(),
-            name: self.name.clone(),
-            content: self.content.clone(),
+            id: &self.wire_id,
+            call_id: &self.call_id,
+            name: &self.name,
+            content: &self.content,
             is_error: self.is_error,
-            metadata: self.metadata.clone(),
+            metadata: &self.metadata,
         }
     }
 }
@@ -407,7 +407,7 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> 
         injected_args: injected,
         offloaded_artifact_id: offloaded,
     };
-    let result = CallResult {
+    let mut result = CallResult {
         wire_id: call.wire_id.clone(),
         call_id: call.request.id.clone(),
         name: name.clone(),
@@ -421,19 +421,37 @@ async fn execute_call(turn: &Arc<Turn>, level: &Level, planned: Planned<'_>) -> 
         if settled.had_effect {
             keep_effect_result(turn, level, &result).await;
         }
-        turn.events.emit(ServerEvent::ToolCallUpdate {
-            tool_call_id: result.wire_id.clone(),
-            name: result.name.clone(),
-            status: ToolCallStatus::End,
-            args: None,
-            result: Some(result.content.clone()),
-            is_error: Some(result.is_error),
-            parent_id: level.parent_id.clone(),
-            depth: level.depth,
-            metadata: Some(Box::new(result.metadata.clone())),
-        });
+        emit_end(turn, level, &mut result);
     }
     result
+}
+
+/// A call's `end`: the result's id, name and content go out in the event and come back to
+/// `result` once it is sent, rather than the event being sent copies of them.
+fn emit_end(turn: &Turn, level: &Level, result: &mut CallResult) {
+    let end = ServerEvent::ToolCallUpdate {
+        tool_call_id: std::mem::take(&mut result.wire_id),
+        name: std::mem::take(&mut result.name),
+        status: ToolCallStatus::End,
+        args: None,
+        result: Some(std::mem::take(&mut result.content)),
+        is_error: Some(result.is_error),
+        parent_id: level.parent_id.clone(),
+        depth: level.depth,
+        metadata: Some(Box::new(result.metadata.clone())),
+    };
+    turn.events.emit_lent(&end);
+    if let ServerEvent::ToolCallUpdate {
+        tool_call_id,
+        name,
+        result: Some(content),
+        ..
+    } = end
+    {
+        result.wire_id = tool_call_id;
+        result.name = name;
+        result.content = content;
+    }
 }
 
 /// The result of a call that may have changed something goes on record before the client

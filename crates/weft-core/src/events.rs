@@ -2,6 +2,7 @@
 //! between tasks); every event also feeds the execution-tree builder, so the persisted tree
 //! is built from exactly what the client saw.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -15,8 +16,9 @@ pub struct EventSink {
     inner: Arc<SinkInner>,
 }
 
-/// Receives every event as it is emitted; it must not block.
-pub type EventCallback = Box<dyn Fn(ServerEvent) + Send + Sync>;
+/// Receives every event as it is emitted, given or lent (see [`EventSink::emit_lent`]); it
+/// must not block.
+pub type EventCallback = Box<dyn Fn(Cow<'_, ServerEvent>) + Send + Sync>;
 
 enum Listener {
     Nobody,
@@ -70,6 +72,19 @@ impl EventSink {
         self.deliver(event);
     }
 
+    /// Emit `event`, lent: it is the caller's again afterwards (a call's end gives its result
+    /// back to the loop rather than a copy of it). A listener that keeps it copies it.
+    pub fn emit_lent(&self, event: &ServerEvent) {
+        self.inner.tree.lock().observe(event);
+        match &self.inner.listener {
+            Listener::Nobody => {}
+            Listener::Channel(tx) => {
+                let _ = tx.send(event.clone());
+            }
+            Listener::Callback(callback) => callback(Cow::Borrowed(event)),
+        }
+    }
+
     /// Emit a call's `start`, whose card's arguments are `shown` as compact JSON
     /// (`validate::compact_sharing`: the model's own text, shared with the history, when it is
     /// that): the tree keeps that text rather than writing the arguments out again.
@@ -85,7 +100,7 @@ impl EventSink {
             Listener::Channel(tx) => {
                 let _ = tx.send(event);
             }
-            Listener::Callback(callback) => callback(event),
+            Listener::Callback(callback) => callback(Cow::Owned(event)),
         }
     }
 

@@ -174,7 +174,7 @@ impl HostedTurn {
         };
         self.turn
             .recorder
-            .assistant(self.root.place(), response, vec![call.recorded()]);
+            .assistant(self.root.place(), response, std::slice::from_ref(&call));
         self.open(wire_id, name, args, Vec::new())
     }
 
@@ -280,13 +280,13 @@ impl HostedTurn {
         });
         self.turn.recorder.results(
             self.root.place(),
-            vec![RecordedResult {
-                id: call.wire_id.clone(),
-                call_id: call.wire_id,
-                name: call.name,
-                content: content.clone(),
+            &[RecordedResult {
+                id: &call.wire_id,
+                call_id: &call.wire_id,
+                name: &call.name,
+                content: &content,
                 is_error,
-                metadata,
+                metadata: &metadata,
             }],
         );
         content
@@ -296,7 +296,7 @@ impl HostedTurn {
     pub fn record_answer(&self, text: &str) {
         self.turn
             .recorder
-            .assistant(self.root.place(), text, Vec::new());
+            .assistant(self.root.place(), text, &[]);
     }
 
     /// End the turn for running out of rounds (`iterations`).

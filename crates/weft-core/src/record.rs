@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
-use weft_protocol::{ApprovalOutcome, RecordedCall, ToolResultMetadata};
+use weft_protocol::{ApprovalOutcome, ToolResultMetadata};
 
 use crate::message::ToolCallRequest;
 
@@ -18,17 +18,18 @@ pub struct Place<'a> {
     pub depth: u32,
 }
 
-/// One tool result as the model saw it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordedResult {
+/// One tool result as the model saw it, lent to the recorder (which writes it out; it keeps
+/// nothing of it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecordedResult<'a> {
     /// The call's wire id.
-    pub id: String,
+    pub id: &'a str,
     /// The call's id as replayed to the model.
-    pub call_id: String,
-    pub name: String,
-    pub content: String,
+    pub call_id: &'a str,
+    pub name: &'a str,
+    pub content: &'a str,
     pub is_error: bool,
-    pub metadata: ToolResultMetadata,
+    pub metadata: &'a ToolResultMetadata,
 }
 
 /// One provider call, for accounting, whichever model made it (the planner's included).
@@ -51,11 +52,11 @@ pub struct ModelCallRecord {
 pub trait Recorder: Send + Sync {
     /// Text streamed so far by the response being received at `place`.
     fn text(&self, _place: Place<'_>, _delta: &str) {}
-    /// A response is complete: its text and tool calls (before any call runs). The calls
-    /// are given, not lent: a recorder keeps them without copying.
-    fn assistant(&self, place: Place<'_>, text: &str, calls: Vec<RecordedCall>);
-    /// A round's tool results, in the order the calls were emitted (given, as the calls).
-    fn results(&self, place: Place<'_>, results: Vec<RecordedResult>);
+    /// A response is complete: its text and tool calls (before any call runs). Both are
+    /// lent: a recorder writes them out rather than keeping copies.
+    fn assistant(&self, place: Place<'_>, text: &str, calls: &[Call]);
+    /// A round's tool results, in the order the calls were emitted.
+    fn results(&self, place: Place<'_>, results: &[RecordedResult<'_>]);
     /// The history was compacted: `summary` replaced everything before the newest `kept`
     /// messages.
     fn summary(&self, _place: Place<'_>, _summary: &str, _kept: usize) {}
@@ -76,7 +77,7 @@ pub trait Recorder: Send + Sync {
     /// returned future resolves, and only then is the client told, so a restart never
     /// reports a finished effect as one that may have run. The round's `results` leave it
     /// out. An error means it could not be kept (the record has failed; the turn stops).
-    fn effect_result(&self, _place: Place<'_>, _result: &RecordedResult) -> Stored {
+    fn effect_result(&self, _place: Place<'_>, _result: &RecordedResult<'_>) -> Stored {
         Box::pin(std::future::ready(Ok(())))
     }
     /// An approval request ended.
@@ -103,8 +104,8 @@ pub struct ApprovalRequest<'a> {
 pub struct NoRecord;
 
 impl Recorder for NoRecord {
-    fn assistant(&self, _: Place<'_>, _: &str, _: Vec<RecordedCall>) {}
-    fn results(&self, _: Place<'_>, _: Vec<RecordedResult>) {}
+    fn assistant(&self, _: Place<'_>, _: &str, _: &[Call]) {}
+    fn results(&self, _: Place<'_>, _: &[RecordedResult<'_>]) {}
 }
 
 /// A call as the loop handles it: the server-unique wire id, and the request as the model
@@ -113,17 +114,6 @@ impl Recorder for NoRecord {
 pub struct Call {
     pub wire_id: String,
     pub request: ToolCallRequest,
-}
-
-impl Call {
-    pub fn recorded(&self) -> RecordedCall {
-        RecordedCall {
-            id: self.wire_id.clone(),
-            call_id: self.request.id.clone(),
-            name: self.request.name.clone(),
-            arguments: self.request.arguments.to_string(),
-        }
-    }
 }
 
 /// Longest piece of a provider's id kept in a wire id.

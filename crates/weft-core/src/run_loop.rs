@@ -195,9 +195,8 @@ async fn drive(
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()));
         let calls = identify(sampled.tool_calls, taken);
         if !level.quiet {
-            let recorded = calls.iter().map(|c| c.recorded()).collect();
             turn.recorder
-                .assistant(level.place(), &sampled.text, recorded);
+                .assistant(level.place(), &sampled.text, &calls);
         }
         let advise = turn.context.per_message();
         let mut surfaced = sampled.text.clone();
@@ -250,8 +249,8 @@ fn take_results(
 ) -> Option<LevelEnd> {
     let config = &turn.config;
     if !level.quiet {
-        let record = results.iter().map(|r| r.recorded()).collect();
-        turn.recorder.results(level.place(), record);
+        let record: Vec<_> = results.iter().map(CallResult::recorded).collect();
+        turn.recorder.results(level.place(), &record);
     }
     let mut finished = None;
     let mut abort = None;

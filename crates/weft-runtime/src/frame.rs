@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use weft_core::json_text;
@@ -15,6 +16,17 @@ use weft_protocol::{ServerEvent, ServerFrame};
 
 /// Who watches: one per socket, per prompt-API request, per bus subscription.
 pub type SubscriberId = u64;
+
+/// [`ServerFrame`], field for field, its event lent.
+#[derive(Serialize)]
+struct LentFrame<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    #[serde(flatten)]
+    event: &'a ServerEvent,
+}
 
 /// A frame encoded for the wire, shared by every subscriber and the replay buffer.
 #[derive(Debug)]
@@ -26,18 +38,33 @@ pub struct SharedFrame {
 
 impl SharedFrame {
     pub fn encode(frame: &ServerFrame) -> Arc<SharedFrame> {
+        Self::encode_lent(frame.thread_id.as_deref(), frame.seq, &frame.event)
+    }
+
+    /// A [`ServerFrame`] of these parts, encoded from them as they are lent (a turn's events
+    /// are, and go back to the turn once encoded).
+    pub fn encode_lent(
+        thread_id: Option<&str>,
+        seq: Option<u64>,
+        event: &ServerEvent,
+    ) -> Arc<SharedFrame> {
+        let frame = LentFrame {
+            thread_id,
+            seq,
+            event,
+        };
         // Written into this thread's scratch buffer and copied out at its exact size (replay
         // keeps it for the whole turn): one allocation a frame ([`json_text`]). By sonic-rs,
         // which writes what serde_json would (tested below) but escapes strings many bytes at
         // a time: serde_json's byte-at-a-time escaping was a tenth of a W1 turn's
         // instructions for frames alone.
-        let json = json_text::write(frame, |text| Bytes::copy_from_slice(text.as_bytes()))
+        let json = json_text::write(&frame, |text| Bytes::copy_from_slice(text.as_bytes()))
             .unwrap_or_else(|e| {
                 tracing::error!(error = %e, "cannot encode a frame");
                 Bytes::from_static(b"{}")
             });
         Arc::new(SharedFrame {
-            seq: frame.seq,
+            seq,
             json,
             msgpack: OnceLock::new(),
         })

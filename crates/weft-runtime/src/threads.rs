@@ -1,6 +1,7 @@
 //! Live per-thread state: the permission gate, the one active turn, the per-thread `seq`,
 //! the replay buffer for `resume_chat`, and the connections subscribed to its frames.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -109,11 +110,13 @@ impl ThreadRuntime {
 
     /// Stamp the event with this thread and the next `seq`, encode it once, keep it for
     /// replay, and queue it for every subscriber (one whose queue overflowed is dropped).
-    pub fn publish(&self, event: ServerEvent) {
+    /// A lent event is encoded from the loan; one held back (see [`ThreadRuntime::hold_frames`])
+    /// is kept, a lent one copied.
+    pub fn publish(&self, event: Cow<'_, ServerEvent>) {
         let mut state = self.state.lock();
         match &mut state.held {
             Some(held) => hold(held, event),
-            None => self.publish_locked(&mut state, event),
+            None => self.publish_locked(&mut state, &event),
         }
     }
 
@@ -130,26 +133,21 @@ impl ThreadRuntime {
         let held = state.held.take().unwrap_or_default();
         if let Some(first) = first {
             state.next_seq = state.next_seq.max(seq_floor);
-            self.publish_locked(&mut state, first);
-            for event in held {
+            self.publish_locked(&mut state, &first);
+            for event in &held {
                 self.publish_locked(&mut state, event);
             }
         }
     }
 
-    fn publish_locked(&self, state: &mut ThreadState, event: ServerEvent) {
+    fn publish_locked(&self, state: &mut ThreadState, event: &ServerEvent) {
         let seq = state.next_seq;
         state.next_seq += 1;
-        let frame = ServerFrame {
-            thread_id: Some(self.id.clone()),
-            seq: Some(seq),
-            event,
-        };
-        let shared = SharedFrame::encode(&frame);
-        state.replay.push(&frame.event, seq, &shared);
+        let shared = SharedFrame::encode_lent(Some(&self.id), Some(seq), event);
+        state.replay.push(event, seq, &shared);
         let out = Outgoing {
             frame: &shared,
-            event: Some(&frame.event),
+            event: Some(event),
         };
         state.subscribers.retain(|_, sink| sink.send(out));
     }
@@ -514,7 +512,7 @@ impl ThreadHub {
 /// Keep a frame back until the turn's start commits. Text streamed meanwhile joins the held
 /// chunk before it (no `seq` is given yet, so nobody can tell): a turn whose start waits in a
 /// busy writer holds its text once, not as hundreds of frames.
-fn hold(held: &mut Vec<ServerEvent>, event: ServerEvent) {
+fn hold(held: &mut Vec<ServerEvent>, event: Cow<'_, ServerEvent>) {
     if let (
         ServerEvent::Chunk {
             content,
@@ -528,7 +526,7 @@ fn hold(held: &mut Vec<ServerEvent>, event: ServerEvent) {
             parent_id: last_parent,
             depth: last_depth,
         }),
-    ) = (&event, held.last_mut())
+    ) = (&*event, held.last_mut())
     {
         if parent_id == last_parent
             && depth == last_depth
@@ -538,7 +536,7 @@ fn hold(held: &mut Vec<ServerEvent>, event: ServerEvent) {
             return;
         }
     }
-    held.push(event);
+    held.push(event.into_owned());
 }
 
 #[cfg(test)]
@@ -554,7 +552,7 @@ mod tests {
         let running = hub.get_or_insert("running", "u", PermissionMode::Default);
         for t in [&idle, &granted, &watched] {
             assert!(t.try_begin(CancellationToken::new(), "m"));
-            t.publish(ServerEvent::Pong);
+            t.publish(Cow::Owned(ServerEvent::Pong));
             t.end();
         }
         granted.gate.allow_for_chat("write_file");
@@ -597,7 +595,7 @@ mod tests {
             chunk("c", None),
             chunk("d", None),
         ] {
-            thread.publish(event);
+            thread.publish(Cow::Owned(event));
         }
         thread.release_frames(Some(ServerEvent::Pong), 10);
         let mut got = Vec::new();

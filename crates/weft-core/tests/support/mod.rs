@@ -69,8 +69,8 @@ pub struct Harness {
 pub struct ModelCalls(pub Mutex<Vec<weft_core::ModelCallRecord>>);
 
 impl weft_core::Recorder for ModelCalls {
-    fn assistant(&self, _: weft_core::Place<'_>, _: &str, _: Vec<weft_protocol::RecordedCall>) {}
-    fn results(&self, _: weft_core::Place<'_>, _: Vec<weft_core::RecordedResult>) {}
+    fn assistant(&self, _: weft_core::Place<'_>, _: &str, _: &[weft_core::Call]) {}
+    fn results(&self, _: weft_core::Place<'_>, _: &[weft_core::RecordedResult<'_>]) {}
     fn model_call(&self, call: &weft_core::ModelCallRecord) {
         self.0.lock().push(call.clone());
     }
@@ -85,16 +85,16 @@ impl weft_core::Recorder for RecordLines {
         &self,
         place: weft_core::Place<'_>,
         text: &str,
-        calls: Vec<weft_protocol::RecordedCall>,
+        calls: &[weft_core::Call],
     ) {
-        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = calls.iter().map(|c| c.request.name.as_str()).collect();
         self.0.lock().push(format!(
             "d{} assistant {text:?} {}",
             place.depth,
             names.join(",")
         ));
     }
-    fn results(&self, place: weft_core::Place<'_>, results: Vec<weft_core::RecordedResult>) {
+    fn results(&self, place: weft_core::Place<'_>, results: &[weft_core::RecordedResult<'_>]) {
         let names: Vec<String> = results
             .iter()
             .map(|r| format!("{}{}", r.name, if r.is_error { "!" } else { "" }))

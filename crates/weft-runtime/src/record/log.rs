@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use weft_core::{ApprovalRequest, ModelCallRecord, Place, RecordedResult, Recorder, Stored};
-use weft_protocol::{ApprovalOutcome, RecordEntry, RecordedCall};
+use weft_core::{ApprovalRequest, Call, ModelCallRecord, Place, RecordedResult, Recorder, Stored};
+use weft_protocol::{ApprovalOutcome, RecordEntry};
 use weft_store::{
     now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Queued, Store, StoreError, WriteOp,
 };
 
-use super::{entry_row, results_row, ItemPlace};
+use super::{entry_row, response_row, round_row, ItemPlace};
 use crate::leases::TurnLease;
 
 /// Why a turn that lost its lease was not saved by this replica.
@@ -325,14 +325,8 @@ impl Recorder for TurnLog {
 
     /// Called before any of the response's calls runs: a turn whose lease is gone stops
     /// here, so its calls do not run.
-    fn assistant(&self, place: Place<'_>, text: &str, calls: Vec<RecordedCall>) {
+    fn assistant(&self, place: Place<'_>, text: &str, calls: &[Call]) {
         self.lease.check();
-        let entry = RecordEntry::Assistant {
-            id: None,
-            text: text.to_owned(),
-            tool_calls: calls,
-            partial: false,
-        };
         let mut state = self.state.lock();
         let position = match state.draft.take().filter(|_| place.depth == 0) {
             Some(draft) => draft.position,
@@ -341,7 +335,7 @@ impl Recorder for TurnLog {
                 state.next_position - 1
             }
         };
-        let row = entry_row(self.place(position, place.parent_id, place.depth), &entry);
+        let row = response_row(self.place(position, place.parent_id, place.depth), text, calls);
         state.items.push(row);
     }
 
@@ -364,20 +358,20 @@ impl Recorder for TurnLog {
     /// A round's results go in one item (a JSON array), in the order the calls were emitted,
     /// and out together with what was held: in one row with the response that asked for them
     /// when that response is still held (the usual round), so a round is one row.
-    fn results(&self, place: Place<'_>, results: Vec<RecordedResult>) {
+    fn results(&self, place: Place<'_>, results: &[RecordedResult<'_>]) {
         {
             let mut state = self.state.lock();
-            let entries: Vec<RecordEntry> = results
-                .into_iter()
-                .filter(|r| !state.kept_early.remove(&r.id))
-                .map(result_entry)
+            let entries: Vec<RecordedResult<'_>> = results
+                .iter()
+                .filter(|r| !state.kept_early.remove(r.id))
+                .copied()
                 .collect();
             if entries.is_empty() {
                 return;
             }
             state.next_position += 1;
             let position = state.next_position - 1;
-            let row = results_row(self.place(position, place.parent_id, place.depth), &entries);
+            let row = round_row(self.place(position, place.parent_id, place.depth), &entries);
             let paired = state
                 .items
                 .last_mut()
@@ -391,15 +385,15 @@ impl Recorder for TurnLog {
 
     /// A result that may record a change goes out at once, in a row of its own; the client
     /// is told once it is committed.
-    fn effect_result(&self, place: Place<'_>, result: &RecordedResult) -> Stored {
+    fn effect_result(&self, place: Place<'_>, result: &RecordedResult<'_>) -> Stored {
         {
             let mut state = self.state.lock();
-            state.kept_early.insert(result.id.clone());
+            state.kept_early.insert(result.id.to_owned());
             state.next_position += 1;
             let position = state.next_position - 1;
-            let row = results_row(
+            let row = round_row(
                 self.place(position, place.parent_id, place.depth),
-                &[result_entry(result.clone())],
+                std::slice::from_ref(result),
             );
             state.items.push(row);
         }
@@ -462,14 +456,3 @@ impl Recorder for TurnLog {
     }
 }
 
-/// A tool result as the record keeps it.
-fn result_entry(result: RecordedResult) -> RecordEntry {
-    RecordEntry::ToolResult {
-        tool_call_id: result.id,
-        call_id: result.call_id,
-        name: result.name,
-        result: result.content,
-        is_error: result.is_error,
-        metadata: Some(result.metadata),
-    }
-}

@@ -1,7 +1,7 @@
 //! The conversation record, owned here. A turn's record is a series of stored items at every
 //! depth: a response (`assistant`: its text and tool calls), a round's results
 //! (`tool_results`), a compaction's `summary`. This module says what an item is
-//! ([`ItemKind`]), builds one ([`entry_row`], [`results_row`]) and reads one back
+//! ([`ItemKind`]), builds one ([`entry_row`], [`response_row`], [`round_row`], [`results_row`]) and reads one back
 //! ([`entries`], the only parser); the writer side is [`TurnLog`], and the readings are the
 //! provider history ([`history`]), the views people read ([`views`]) and the audit log
 //! ([`audit`]).
@@ -17,11 +17,11 @@ pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 
 use std::sync::Arc;
 
-use weft_core::json_text;
+use weft_core::{json_text, Call, RecordedResult};
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
 
-use stored::StoredEntry;
+use stored::{StoredCalls, StoredEntry, StoredResponse, StoredResult};
 
 /// What one stored item holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,9 +90,31 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
     )
 }
 
-/// An item holding one round's results (in their stored form, see [`stored`]). Rows are
-/// written by sonic-rs at their exact size ([`json_text`]), as frames are, byte for byte as
-/// serde_json would write them (tested in [`stored`]).
+/// An item holding a complete response: its text and its calls (an `Assistant` entry).
+pub fn response_row(place: ItemPlace<'_>, text: &str, calls: &[Call]) -> ItemRow {
+    let stored = StoredResponse {
+        text,
+        tool_calls: StoredCalls(calls),
+    };
+    place.row(
+        ItemKind::Assistant,
+        json_text::to_string(&stored).unwrap_or_else(|_| "{}".to_owned()),
+    )
+}
+
+/// An item holding one round's results as the loop lends them (in their stored form, see
+/// [`stored`]). Rows are written by sonic-rs at their exact size ([`json_text`]), as frames
+/// are, byte for byte as serde_json would write them (tested in [`stored`]).
+pub fn round_row(place: ItemPlace<'_>, results: &[RecordedResult<'_>]) -> ItemRow {
+    let stored: Vec<StoredResult<'_>> = results.iter().map(StoredResult::of).collect();
+    place.row(
+        ItemKind::ToolResults,
+        json_text::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
+    )
+}
+
+/// An item holding results the record makes itself (an interrupted call's), as
+/// [`round_row`] stores a round's.
 pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
     let stored: Vec<StoredEntry<'_>> = results.iter().map(StoredEntry).collect();
     place.row(

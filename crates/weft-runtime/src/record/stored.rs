@@ -1,10 +1,13 @@
-//! A round's results as the record stores them: each result's metadata leaves out the fields
-//! still at their defaults (no approval id, no injected arguments, nothing offloaded). Readers
-//! fill them back in (the metadata's own serde defaults), so every view and every REST shape
-//! shows them as before; a W1 round's row is ~11 % smaller, and so is what it costs to write.
+//! A response and a round's results as the record stores them, written straight from what the
+//! loop lends (no copies of its ids, names, arguments and results first). Each result's
+//! metadata leaves out the fields still at their defaults (no approval id, no injected
+//! arguments, nothing offloaded). Readers fill them back in (the metadata's own serde
+//! defaults), so every view and every REST shape shows them as before; a W1 round's row is
+//! ~11 % smaller, and so is what it costs to write.
 
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
+use weft_core::{Call, RecordedResult};
 use weft_protocol::{ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus};
 
 /// One entry of a results item, as stored.
@@ -34,10 +37,10 @@ impl Serialize for StoredEntry<'_> {
     }
 }
 
-/// `RecordEntry::ToolResult`, field for field.
+/// `RecordEntry::ToolResult`, field for field: from an entry, or lent by the loop.
 #[derive(Serialize)]
 #[serde(tag = "kind", rename = "tool_result")]
-struct StoredResult<'a> {
+pub(super) struct StoredResult<'a> {
     tool_call_id: &'a str,
     call_id: &'a str,
     name: &'a str,
@@ -45,6 +48,51 @@ struct StoredResult<'a> {
     is_error: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<StoredMetadata<'a>>,
+}
+
+impl<'a> StoredResult<'a> {
+    pub(super) fn of(result: &RecordedResult<'a>) -> Self {
+        StoredResult {
+            tool_call_id: result.id,
+            call_id: result.call_id,
+            name: result.name,
+            result: result.content,
+            is_error: result.is_error,
+            metadata: Some(StoredMetadata::of(result.metadata)),
+        }
+    }
+}
+
+/// A complete response as stored: `RecordEntry::Assistant` (no id, not partial), field for
+/// field, written from the loop's calls rather than from copies of them.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename = "assistant")]
+pub(super) struct StoredResponse<'a> {
+    pub text: &'a str,
+    pub tool_calls: StoredCalls<'a>,
+}
+
+/// A response's calls, each as `RecordedCall`.
+pub(super) struct StoredCalls<'a>(pub &'a [Call]);
+
+impl Serialize for StoredCalls<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|call| StoredCall {
+            id: &call.wire_id,
+            call_id: &call.request.id,
+            name: &call.request.name,
+            arguments: &call.request.arguments,
+        }))
+    }
+}
+
+/// `RecordedCall`, field for field.
+#[derive(Serialize)]
+struct StoredCall<'a> {
+    id: &'a str,
+    call_id: &'a str,
+    name: &'a str,
+    arguments: &'a str,
 }
 
 /// [`ToolResultMetadata`] without its defaults.
@@ -93,16 +141,31 @@ impl<'a> StoredMetadata<'a> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use weft_core::ToolCallRequest;
+    use weft_protocol::RecordedCall;
+
     use super::*;
 
-    fn result(metadata: ToolResultMetadata) -> RecordEntry {
+    fn lent(metadata: &ToolResultMetadata) -> RecordedResult<'_> {
+        RecordedResult {
+            id: "call_1~x",
+            call_id: "call_1",
+            name: "memory_write",
+            content: "stored k0",
+            is_error: false,
+            metadata,
+        }
+    }
+
+    /// The entry the record reads back for `lent(metadata)`.
+    fn read_back(metadata: &ToolResultMetadata) -> RecordEntry {
         RecordEntry::ToolResult {
             tool_call_id: "call_1~x".into(),
             call_id: "call_1".into(),
             name: "memory_write".into(),
             result: "stored k0".into(),
             is_error: false,
-            metadata: Some(metadata),
+            metadata: Some(metadata.clone()),
         }
     }
 
@@ -119,13 +182,29 @@ mod tests {
         }
     }
 
+    fn calls() -> Vec<Call> {
+        ["{\"key\":\"k0\",\"value\":\"r\\n\"}", "not json \u{1}"]
+            .iter()
+            .enumerate()
+            .map(|(i, arguments)| Call {
+                wire_id: format!("c{i}~1"),
+                request: ToolCallRequest {
+                    id: format!("c{i}"),
+                    name: "memory_write".into(),
+                    arguments: (*arguments).into(),
+                },
+            })
+            .collect()
+    }
+
     #[test]
     fn defaults_are_left_out_and_read_back() {
-        let entry = result(plain());
-        let stored = serde_json::to_string(&StoredEntry(&entry)).unwrap();
+        let metadata = plain();
+        let stored = serde_json::to_string(&StoredResult::of(&lent(&metadata))).unwrap();
         assert!(!stored.contains("approval_id"), "{stored}");
         assert!(!stored.contains("injected_args"), "{stored}");
         assert!(!stored.contains("offloaded_artifact_id"), "{stored}");
+        let entry = read_back(&metadata);
         assert!(stored.len() < serde_json::to_string(&entry).unwrap().len());
         assert_eq!(serde_json::from_str::<RecordEntry>(&stored).unwrap(), entry);
     }
@@ -140,13 +219,75 @@ mod tests {
             .injected_args
             .insert("user".into(), Value::from("u1"));
         metadata.offloaded_artifact_id = Some("art_1".into());
-        let entries = [result(metadata), result(plain())];
-        let stored: Vec<StoredEntry<'_>> = entries.iter().map(StoredEntry).collect();
+        let other = plain();
+        let stored = [
+            StoredResult::of(&lent(&metadata)),
+            StoredResult::of(&lent(&other)),
+        ];
         let text = serde_json::to_string(&stored).unwrap();
         assert_eq!(
             serde_json::from_str::<Vec<RecordEntry>>(&text).unwrap(),
-            entries
+            [read_back(&metadata), read_back(&other)]
         );
+    }
+
+    /// A result the record makes itself (an interrupted call's) is stored as a lent one is.
+    #[test]
+    fn an_entry_is_stored_as_a_lent_result_is() {
+        let metadata = plain();
+        assert_eq!(
+            serde_json::to_string(&StoredEntry(&read_back(&metadata))).unwrap(),
+            serde_json::to_string(&StoredResult::of(&lent(&metadata))).unwrap()
+        );
+        let bare = RecordEntry::ToolResult {
+            tool_call_id: "call_1~x".into(),
+            call_id: "call_1".into(),
+            name: "memory_write".into(),
+            result: "interrupted".into(),
+            is_error: true,
+            metadata: None,
+        };
+        let stored = serde_json::to_string(&StoredEntry(&bare)).unwrap();
+        assert!(!stored.contains("metadata"), "{stored}");
+        assert_eq!(serde_json::from_str::<RecordEntry>(&stored).unwrap(), bare);
+        let summary = RecordEntry::Summary {
+            summary: "so far".into(),
+            kept_messages: 3,
+        };
+        assert_eq!(
+            serde_json::to_string(&StoredEntry(&summary)).unwrap(),
+            serde_json::to_string(&summary).unwrap()
+        );
+    }
+
+    /// A response is stored as the record's own entry for it writes it, byte for byte.
+    #[test]
+    fn a_response_is_stored_as_its_entry() {
+        let calls = calls();
+        for (text, calls) in [("a \"b\"\n\u{2028}", &calls[..]), ("", &[][..])] {
+            let entry = RecordEntry::Assistant {
+                id: None,
+                text: text.to_owned(),
+                tool_calls: calls
+                    .iter()
+                    .map(|c| RecordedCall {
+                        id: c.wire_id.clone(),
+                        call_id: c.request.id.clone(),
+                        name: c.request.name.clone(),
+                        arguments: c.request.arguments.to_string(),
+                    })
+                    .collect(),
+                partial: false,
+            };
+            let stored = StoredResponse {
+                text,
+                tool_calls: StoredCalls(calls),
+            };
+            assert_eq!(
+                serde_json::to_string(&stored).unwrap(),
+                serde_json::to_string(&entry).unwrap()
+            );
+        }
     }
 
     /// What the record's rows are written with (sonic-rs) writes them as serde_json does.
@@ -158,35 +299,31 @@ mod tests {
         metadata
             .injected_args
             .insert("user".into(), Value::from("u\"1\n\u{1}é😀"));
-        let mut entries = vec![result(metadata), result(plain())];
-        entries.push(
-            serde_json::from_str(
-                r#"{"kind":"assistant","text":"a \"b\"\n\u2028","tool_calls":[{"id":"c~1","call_id":"c","name":"memory_write","arguments":"{\"key\":\"k0\",\"value\":\"r\\n\"}"}]}"#,
-            )
-            .unwrap(),
-        );
-        let stored: Vec<StoredEntry<'_>> = entries.iter().map(StoredEntry).collect();
+        let other = plain();
+        let stored = [
+            StoredResult::of(&lent(&metadata)),
+            StoredResult::of(&lent(&other)),
+        ];
         assert_eq!(
             weft_core::json_text::to_string(&stored).unwrap(),
             serde_json::to_string(&stored).unwrap()
         );
-        for entry in &entries {
-            assert_eq!(
-                weft_core::json_text::to_string(entry).unwrap(),
-                serde_json::to_string(entry).unwrap()
-            );
-        }
-    }
-
-    #[test]
-    fn other_entries_are_stored_as_they_are() {
-        let entry = RecordEntry::Summary {
-            summary: "so far".into(),
+        let calls = calls();
+        let response = StoredResponse {
+            text: "a \"b\"\n\u{2028}",
+            tool_calls: StoredCalls(&calls),
+        };
+        assert_eq!(
+            weft_core::json_text::to_string(&response).unwrap(),
+            serde_json::to_string(&response).unwrap()
+        );
+        let summary = RecordEntry::Summary {
+            summary: "so \"far\"".into(),
             kept_messages: 3,
         };
         assert_eq!(
-            serde_json::to_string(&StoredEntry(&entry)).unwrap(),
-            serde_json::to_string(&entry).unwrap()
+            weft_core::json_text::to_string(&summary).unwrap(),
+            serde_json::to_string(&summary).unwrap()
         );
     }
 }

@@ -3,6 +3,7 @@
 //! its record written round by round, streaming text flushed every second), and one awaited
 //! write of its end before `message` and `chunk {done: true}`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -542,7 +543,7 @@ impl TurnTask {
             .or_else(|| saved.err().map(|e| e.to_string()))
         {
             None => {
-                self.thread.publish(ServerEvent::Message { message });
+                self.thread.publish(Cow::Owned(ServerEvent::Message { message }));
             }
             // Its fence failed: the lease went before this replica's clock said so.
             Some(_) if !self.lease.check() => return self.end_without_lease(),
@@ -589,17 +590,17 @@ impl TurnTask {
     }
 
     fn publish_done(&self) {
-        self.thread.publish(ServerEvent::Chunk {
+        self.thread.publish(Cow::Owned(ServerEvent::Chunk {
             content: String::new(),
             done: true,
             parent_id: None,
             depth: 0,
-        });
+        }));
     }
 
     fn publish_error(&self, code: ErrorCode, message: String) {
         self.runtime.metrics.error(code);
-        self.thread.publish(ServerEvent::error(code, message, None));
+        self.thread.publish(Cow::Owned(ServerEvent::error(code, message, None)));
     }
 }
 
@@ -652,8 +653,8 @@ fn answered_outcome(spec: &TurnSpec) -> TurnOutcome {
 
 /// An event of the turn out to its subscribers. Approvals are indexed so an answer finds its
 /// thread (the record itself keeps them through the turn's recorder).
-fn forward(runtime: &Runtime, thread: &ThreadRuntime, event: ServerEvent) {
-    match &event {
+fn forward(runtime: &Runtime, thread: &ThreadRuntime, event: Cow<'_, ServerEvent>) {
+    match &*event {
         ServerEvent::ToolApprovalRequest { tool_call_id, .. } => {
             runtime.hub.note_approval(tool_call_id, &thread.id);
         }
