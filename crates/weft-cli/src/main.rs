@@ -1,6 +1,7 @@
 //! The `weft` binary: `serve` the chat-agent server, `migrate` the database, `chat` from a
 //! terminal, list `threads`.
 
+mod allocator;
 mod chat;
 mod telemetry;
 
@@ -9,11 +10,12 @@ mod telemetry;
 /// huge pages (`no_thp`): a 2 MiB page zeroed on first touch for a few small turns cost ~6 %
 /// of the peak RSS under load; CPU is the same either way (docs/BENCHMARKS.md). Version 2
 /// (`v2`), not the crate's default 3: it holds ~4 KiB less a running W1 turn for the same
-/// CPU, and as much in W2. (The `system-alloc` feature leaves the system allocator in place,
-/// for heap profilers that hook malloc.)
+/// CPU, and as much in W2. Asked for aligned blocks only where they are needed
+/// ([`allocator`]). (The `system-alloc` feature leaves the system allocator in place, for
+/// heap profilers that hook malloc.)
 #[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
