@@ -76,14 +76,23 @@ mod tests {
                 // SAFETY: a non-zero size; each block is freed with its own layout.
                 unsafe {
                     let p = a.alloc(layout);
-                    assert!(!p.is_null() && p as usize % align == 0, "{size} {align}");
+                    assert!(
+                        !p.is_null() && (p as usize).is_multiple_of(align),
+                        "{size} {align}"
+                    );
                     p.write_bytes(7, size);
                     let p = a.realloc(p, layout, size * 3);
-                    assert!(!p.is_null() && p as usize % align == 0, "{size} {align}");
+                    assert!(
+                        !p.is_null() && (p as usize).is_multiple_of(align),
+                        "{size} {align}"
+                    );
                     assert_eq!(*p.add(size - 1), 7);
                     a.dealloc(p, Layout::from_size_align_unchecked(size * 3, align));
                     let z = a.alloc_zeroed(layout);
-                    assert!(!z.is_null() && z as usize % align == 0, "{size} {align}");
+                    assert!(
+                        !z.is_null() && (z as usize).is_multiple_of(align),
+                        "{size} {align}"
+                    );
                     assert!((0..size).all(|i| *z.add(i) == 0));
                     a.dealloc(z, layout);
                 }

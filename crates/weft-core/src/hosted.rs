@@ -294,9 +294,7 @@ impl HostedTurn {
 
     /// Record a final response with no call (a text-only answer) at the root.
     pub fn record_answer(&self, text: &str) {
-        self.turn
-            .recorder
-            .assistant(self.root.place(), text, &[]);
+        self.turn.recorder.assistant(self.root.place(), text, &[]);
     }
 
     /// End the turn for running out of rounds (`iterations`).

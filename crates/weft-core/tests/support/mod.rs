@@ -81,12 +81,7 @@ impl weft_core::Recorder for ModelCalls {
 pub struct RecordLines(pub Mutex<Vec<String>>);
 
 impl weft_core::Recorder for RecordLines {
-    fn assistant(
-        &self,
-        place: weft_core::Place<'_>,
-        text: &str,
-        calls: &[weft_core::Call],
-    ) {
+    fn assistant(&self, place: weft_core::Place<'_>, text: &str, calls: &[weft_core::Call]) {
         let names: Vec<&str> = calls.iter().map(|c| c.request.name.as_str()).collect();
         self.0.lock().push(format!(
             "d{} assistant {text:?} {}",

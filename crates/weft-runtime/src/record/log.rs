@@ -335,7 +335,11 @@ impl Recorder for TurnLog {
                 state.next_position - 1
             }
         };
-        let row = response_row(self.place(position, place.parent_id, place.depth), text, calls);
+        let row = response_row(
+            self.place(position, place.parent_id, place.depth),
+            text,
+            calls,
+        );
         state.items.push(row);
     }
 
@@ -455,4 +459,3 @@ impl Recorder for TurnLog {
         state.models.push(row);
     }
 }
-

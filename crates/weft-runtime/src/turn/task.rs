@@ -543,7 +543,8 @@ impl TurnTask {
             .or_else(|| saved.err().map(|e| e.to_string()))
         {
             None => {
-                self.thread.publish(Cow::Owned(ServerEvent::Message { message }));
+                self.thread
+                    .publish(Cow::Owned(ServerEvent::Message { message }));
             }
             // Its fence failed: the lease went before this replica's clock said so.
             Some(_) if !self.lease.check() => return self.end_without_lease(),
@@ -600,7 +601,8 @@ impl TurnTask {
 
     fn publish_error(&self, code: ErrorCode, message: String) {
         self.runtime.metrics.error(code);
-        self.thread.publish(Cow::Owned(ServerEvent::error(code, message, None)));
+        self.thread
+            .publish(Cow::Owned(ServerEvent::error(code, message, None)));
     }
 }
 
