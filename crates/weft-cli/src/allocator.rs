@@ -16,29 +16,39 @@ const WORD: usize = std::mem::size_of::<usize>();
 
 pub struct Mimalloc;
 
+/// A block for `layout` from `plain` (by size) when a plain block is aligned enough, else
+/// from `aligned` (by size and alignment).
+///
+/// # Safety
+/// Both must be mimalloc's allocation functions, which take any size and alignment.
+#[inline]
+unsafe fn block(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: the caller's.
+    let block = unsafe {
+        if layout.align() <= WORD {
+            plain(layout.size())
+        } else {
+            aligned(layout.size(), layout.align())
+        }
+    };
+    block.cast()
+}
+
 unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: mimalloc's allocation functions take any size and alignment.
-        unsafe {
-            if layout.align() <= WORD {
-                mi::mi_malloc(layout.size()).cast()
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: mimalloc's own allocation functions.
+        unsafe { block(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as in `alloc`.
-        unsafe {
-            if layout.align() <= WORD {
-                mi::mi_zalloc(layout.size()).cast()
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: mimalloc's own allocation functions.
+        unsafe { block(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -50,14 +60,16 @@ unsafe impl GlobalAlloc for Mimalloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let (block, align) = (ptr.cast::<c_void>(), layout.align());
         // SAFETY: as in `dealloc`; the block keeps at least the alignment it was asked for.
-        unsafe {
-            if layout.align() <= WORD {
-                mi::mi_realloc(ptr.cast::<c_void>(), new_size).cast()
+        let moved = unsafe {
+            if align <= WORD {
+                mi::mi_realloc(block, new_size)
             } else {
-                mi::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
+                mi::mi_realloc_aligned(block, new_size, align)
             }
-        }
+        };
+        moved.cast()
     }
 }
 

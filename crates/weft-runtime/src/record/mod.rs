@@ -1,10 +1,10 @@
 //! The conversation record, owned here. A turn's record is a series of stored items at every
 //! depth: a response (`assistant`: its text and tool calls), a round's results
 //! (`tool_results`), a compaction's `summary`. This module says what an item is
-//! ([`ItemKind`]), builds one ([`entry_row`], [`response_row`], [`round_row`], [`results_row`]) and reads one back
-//! ([`entries`], the only parser); the writer side is [`TurnLog`], and the readings are the
-//! provider history ([`history`]), the views people read ([`views`]) and the audit log
-//! ([`audit`]).
+//! ([`ItemKind`]), builds one ([`entry_row`], [`response_row`], [`round_row`],
+//! [`results_row`]) and reads one back ([`entries`], the only parser); the writer side is
+//! [`TurnLog`], and the readings are the provider history ([`history`]), the views people read
+//! ([`views`]) and the audit log ([`audit`]).
 
 pub mod audit;
 pub mod history;
@@ -17,6 +17,7 @@ pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 
 use std::sync::Arc;
 
+use serde::Serialize;
 use weft_core::{json_text, Call, RecordedResult};
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
@@ -64,7 +65,15 @@ pub struct ItemPlace<'a> {
 }
 
 impl ItemPlace<'_> {
-    fn row(&self, kind: ItemKind, body: String) -> ItemRow {
+    /// An item of `kind` here, its body `value` written out (by sonic-rs at its exact size,
+    /// [`json_text`]; an empty object or array should it fail).
+    fn written(&self, kind: ItemKind, value: &impl Serialize) -> ItemRow {
+        let empty = if kind == ItemKind::ToolResults {
+            "[]"
+        } else {
+            "{}"
+        };
+        let body = json_text::to_string(value).unwrap_or_else(|_| empty.to_owned());
         ItemRow {
             thread_id: self.thread_id.clone(),
             message_id: self.message_id.clone(),
@@ -84,10 +93,7 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
         RecordEntry::Summary { .. } => ItemKind::Summary,
         _ => ItemKind::Assistant,
     };
-    place.row(
-        kind,
-        json_text::to_string(entry).unwrap_or_else(|_| "{}".to_owned()),
-    )
+    place.written(kind, entry)
 }
 
 /// An item holding a complete response: its text and its calls (an `Assistant` entry).
@@ -96,10 +102,7 @@ pub fn response_row(place: ItemPlace<'_>, text: &str, calls: &[Call]) -> ItemRow
         text,
         tool_calls: StoredCalls(calls),
     };
-    place.row(
-        ItemKind::Assistant,
-        json_text::to_string(&stored).unwrap_or_else(|_| "{}".to_owned()),
-    )
+    place.written(ItemKind::Assistant, &stored)
 }
 
 /// An item holding one round's results as the loop lends them (in their stored form, see
@@ -107,20 +110,14 @@ pub fn response_row(place: ItemPlace<'_>, text: &str, calls: &[Call]) -> ItemRow
 /// are, byte for byte as serde_json would write them (tested in [`stored`]).
 pub fn round_row(place: ItemPlace<'_>, results: &[RecordedResult<'_>]) -> ItemRow {
     let stored: Vec<StoredResult<'_>> = results.iter().map(StoredResult::of).collect();
-    place.row(
-        ItemKind::ToolResults,
-        json_text::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
-    )
+    place.written(ItemKind::ToolResults, &stored)
 }
 
 /// An item holding results the record makes itself (an interrupted call's), as
 /// [`round_row`] stores a round's.
 pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
     let stored: Vec<StoredEntry<'_>> = results.iter().map(StoredEntry).collect();
-    place.row(
-        ItemKind::ToolResults,
-        json_text::to_string(&stored).unwrap_or_else(|_| "[]".to_owned()),
-    )
+    place.written(ItemKind::ToolResults, &stored)
 }
 
 /// The entries one stored item holds (none, with a warning, for an item that cannot be read).
