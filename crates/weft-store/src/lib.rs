@@ -9,6 +9,7 @@ mod common_terms;
 mod item_pairs;
 mod keys;
 mod leases;
+mod packed;
 mod record;
 mod rows;
 mod statements;

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use sqlx::any::AnyRow;
+use sqlx::any::{AnyRow, AnyTypeInfoKind};
+use sqlx::{Row, ValueRef as _};
 use weft_protocol::ExecutionTreeSnapshot;
 
 use crate::{get, parse_json, Result};
@@ -134,9 +135,20 @@ impl ItemRow {
             kind: get(row, "kind")?,
             parent_id: get(row, "parent_id")?,
             depth: get(row, "depth")?,
-            body: get(row, "body")?,
+            body: body_of(row)?,
             created_at: get(row, "created_at")?,
         })
+    }
+}
+
+/// An item's body: its text, or on SQLite the text a packed body holds
+/// ([`packed`](crate::packed)).
+fn body_of(row: &AnyRow) -> Result<String> {
+    let stored = row.try_get_raw("body")?;
+    if stored.type_info().kind() == AnyTypeInfoKind::Blob {
+        crate::packed::unpack(&get::<Vec<u8>>(row, "body")?)
+    } else {
+        get(row, "body")
     }
 }
 

@@ -859,7 +859,11 @@ impl<'a> Plan<'a> {
                 .execute(&mut *conn)
                 .await?;
         }
-        insert_many(conn, b, &ITEMS, &self.items, bind_item, item_bytes).await?;
+        let bind_items = match b {
+            Backend::Postgres => bind_item,
+            Backend::Sqlite => bind_packed_item,
+        };
+        insert_many(conn, b, &ITEMS, &self.items, bind_items, item_bytes).await?;
         insert_many(conn, b, &APPROVALS, &self.approvals, bind_approval, light).await?;
         for (thread_id, id, status) in &self.decisions {
             sqlx::query(
@@ -1198,14 +1202,29 @@ pub(crate) fn bind_message<'q>(q: AnyQuery<'q>, m: &'q &NewMessage) -> AnyQuery<
 }
 
 pub(crate) fn bind_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
+    bind_item_keys(q, i)
+        .bind(i.body.as_str())
+        .bind(i.created_at)
+}
+
+/// [`bind_item`] for SQLite: a long body compressed ([`packed`](crate::packed)).
+fn bind_packed_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
+    let q = bind_item_keys(q, i);
+    match crate::packed::pack(&i.body) {
+        Some(packed) => q.bind(packed),
+        None => q.bind(i.body.as_str()),
+    }
+    .bind(i.created_at)
+}
+
+/// An item's columns before its body.
+fn bind_item_keys<'q>(q: AnyQuery<'q>, i: &'q ItemRow) -> AnyQuery<'q> {
     q.bind(&*i.thread_id)
         .bind(&*i.message_id)
         .bind(i.position)
         .bind(i.kind.as_str())
         .bind(i.parent_id.as_deref())
         .bind(i.depth)
-        .bind(i.body.as_str())
-        .bind(i.created_at)
 }
 
 fn bind_lease<'q>(q: AnyQuery<'q>, l: &'q &LeaseRow) -> AnyQuery<'q> {

@@ -481,6 +481,60 @@ async fn group_commit_on_sqlite() {
     db.drop_database().await.unwrap();
 }
 
+/// On SQLite a long record item is stored compressed and a short one as text; both, and a
+/// long one stored as text before compression came, read back as written.
+#[tokio::test]
+async fn long_items_are_stored_compressed_on_sqlite_and_read_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite(dir.path()).await.unwrap();
+    let round = format!(
+        "[{}]",
+        r#"{"kind":"tool_result","result":"stored k0 é"},"#.repeat(60)
+    );
+    let round = round.replace(",]", "]");
+    let item = |position: i64, body: &str| ItemRow {
+        thread_id: "tz".into(),
+        message_id: "mz".into(),
+        position,
+        kind: "tool_results".into(),
+        parent_id: None,
+        depth: 0,
+        body: body.into(),
+        created_at: 1,
+    };
+    db.store
+        .write(WriteOp::Items(vec![item(0, &round), item(1, "[]")]))
+        .await
+        .unwrap();
+    let mut own = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    // A long body written as text, as every body was before.
+    sqlx::query(
+        "INSERT INTO items (thread_id, message_id, position, kind, parent_id, depth, body, created_at) \
+         VALUES ('tz', 'mz', 2, 'tool_results', NULL, 0, $1, 1)",
+    )
+    .bind(&round)
+    .execute(&mut own)
+    .await
+    .unwrap();
+    let stored: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT typeof(body), length(body) FROM items WHERE message_id = 'mz' ORDER BY position",
+    )
+    .fetch_all(&mut own)
+    .await
+    .unwrap();
+    assert_eq!(stored[0].0, "blob");
+    assert!((stored[0].1 as usize) < round.len() / 4, "{stored:?}");
+    assert_eq!(stored[1].0, "text");
+    assert_eq!(stored[2].0, "text");
+    let read = db.store.turn_items("tz", "mz").await.unwrap();
+    let bodies: Vec<&str> = read.iter().map(|i| i.body.as_str()).collect();
+    assert_eq!(bodies, [round.as_str(), "[]", round.as_str()]);
+    drop(own);
+    db.drop_database().await.unwrap();
+}
+
 #[tokio::test]
 async fn store_suite_on_postgres() {
     let db = TestDb::postgres()
