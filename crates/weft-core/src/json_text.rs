@@ -2,11 +2,15 @@
 //! writes what serde_json would, but it reserves room for the worst case of every string it
 //! writes (six bytes a byte): text written straight into a `Vec` of its own regrows as it goes
 //! and keeps that room for as long as the text lives. Here the text is written into a scratch
-//! buffer that each thread keeps, and copied out once, at its length.
+//! buffer that each thread keeps, and copied out once, at its length. [`JsonWriter`] lets a
+//! caller that knows its shape write the text part by part (constant keys in one copy) rather
+//! than through serde's call a field.
 
 use std::cell::Cell;
 
 use serde::Serialize;
+use sonic_rs::format::{CompactFormatter, Formatter};
+pub use sonic_rs::Error;
 
 /// Room a thread's scratch buffer starts with, and the most it keeps after a big text.
 const SCRATCH_START: usize = 4 * 1024;
@@ -21,10 +25,93 @@ pub fn write<T, R>(value: &T, out: impl FnOnce(&str) -> R) -> sonic_rs::Result<R
 where
     T: Serialize + ?Sized,
 {
+    write_with(|json| json.value(value), out)
+}
+
+/// Writes the JSON text `fill` makes, part by part, and hands it to `out`, which copies what
+/// it keeps.
+pub fn write_with<R>(
+    fill: impl FnOnce(&mut JsonWriter<'_>) -> sonic_rs::Result<()>,
+    out: impl FnOnce(&str) -> R,
+) -> sonic_rs::Result<R> {
     with_scratch(|scratch| {
-        sonic_rs::to_writer(&mut *scratch, value)?;
+        fill(&mut JsonWriter(scratch))?;
         Ok(out(text_of(scratch)))
     })
+}
+
+/// JSON text being written, a part at a time: each part is valid UTF-8 (text, escaped strings,
+/// numbers), so the whole is too. Which parts make valid JSON is the caller's business.
+pub struct JsonWriter<'a>(&'a mut Vec<u8>);
+
+impl JsonWriter<'_> {
+    /// Text as it is: punctuation and keys (`,"name":`).
+    #[inline]
+    pub fn raw(&mut self, text: &str) {
+        self.0.extend_from_slice(text.as_bytes());
+    }
+
+    /// A string, quoted and escaped as serde_json would.
+    #[inline]
+    pub fn string(&mut self, value: &str) {
+        // Writing into a `Vec` cannot fail.
+        let _ = CompactFormatter.write_string_fast(&mut *self.0, value, true);
+    }
+
+    /// A string, or `null`.
+    #[inline]
+    pub fn string_or_null(&mut self, value: Option<&str>) {
+        match value {
+            Some(value) => self.string(value),
+            None => self.raw("null"),
+        }
+    }
+
+    #[inline]
+    pub fn uint(&mut self, value: u64) {
+        let _ = CompactFormatter.write_u64(&mut *self.0, value);
+    }
+
+    #[inline]
+    pub fn bool(&mut self, value: bool) {
+        self.raw(if value { "true" } else { "false" });
+    }
+
+    /// A number as serde_json writes an `f64` (`null` when it is not finite).
+    #[inline]
+    pub fn float(&mut self, value: f64) {
+        if value.is_finite() {
+            let _ = CompactFormatter.write_f64(&mut *self.0, value);
+        } else {
+            self.raw("null");
+        }
+    }
+
+    /// Any value, through serde.
+    #[inline]
+    pub fn value<T: Serialize + ?Sized>(&mut self, value: &T) -> sonic_rs::Result<()> {
+        sonic_rs::to_writer(&mut *self.0, value)
+    }
+
+    /// The members of `value`, which serde writes as an object, as more members of an object
+    /// already opened here (with a member or more): a comma, its members and the closing
+    /// brace. An error, for a value that is not an object.
+    pub fn members_of<T: Serialize + ?Sized>(&mut self, value: &T) -> sonic_rs::Result<()> {
+        let start = self.0.len();
+        self.value(value)?;
+        match self.0.get(start..start + 2) {
+            Some(b"{}") => {
+                self.0.truncate(start);
+                self.raw("}");
+            }
+            Some([b'{', _]) => self.0[start] = b',',
+            _ => {
+                self.0.truncate(start);
+                return Err(serde::ser::Error::custom("not an object"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Runs `f` with this thread's scratch buffer, empty. The buffer is out of its cell while `f`
@@ -49,10 +136,11 @@ where
     write(value, str::to_owned)
 }
 
-/// What sonic-rs wrote, as text.
+/// What sonic-rs or a [`JsonWriter`] wrote, as text.
 fn text_of(written: &[u8]) -> &str {
     // SAFETY: sonic-rs writes only valid UTF-8 (its own `to_string` relies on it too): JSON's
-    // punctuation and numbers, and strings copied from `str`s or escaped in ASCII.
+    // punctuation and numbers, and strings copied from `str`s or escaped in ASCII. A
+    // `JsonWriter` writes only `str`s and what sonic-rs writes.
     unsafe { std::str::from_utf8_unchecked(written) }
 }
 
@@ -83,6 +171,31 @@ mod tests {
         }
         let text = to_string(&[Nested]).unwrap();
         assert_eq!(text, r#"["{\"inner\":1}"]"#);
+    }
+
+    #[test]
+    fn an_object_continues_another_and_anything_else_is_refused() {
+        let text = write_with(
+            |json| {
+                json.raw("{\"a\":1");
+                json.members_of(&json!({"b": [2], "c": "é"}))?;
+                Ok(())
+            },
+            str::to_owned,
+        );
+        assert_eq!(text.unwrap(), r#"{"a":1,"b":[2],"c":"é"}"#);
+        let text = write_with(
+            |json| {
+                json.raw("{\"a\":1");
+                json.members_of(&json!({}))
+            },
+            str::to_owned,
+        );
+        assert_eq!(text.unwrap(), r#"{"a":1}"#);
+        for not_an_object in [json!([1]), json!("s"), json!(null)] {
+            let refused = write_with(|json| json.members_of(&not_an_object), str::to_owned);
+            assert!(refused.is_err(), "{not_an_object} is not an object");
+        }
     }
 
     #[test]

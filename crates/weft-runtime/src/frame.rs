@@ -8,25 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use weft_core::json_text;
+use weft_core::json_text::{self, JsonWriter};
 use weft_protocol::{ServerEvent, ServerFrame};
+
+use crate::frame_text;
 
 /// Who watches: one per socket, per prompt-API request, per bus subscription.
 pub type SubscriberId = u64;
-
-/// [`ServerFrame`], field for field, its event lent.
-#[derive(Serialize)]
-struct LentFrame<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    thread_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seq: Option<u64>,
-    #[serde(flatten)]
-    event: &'a ServerEvent,
-}
 
 /// A frame encoded for the wire, shared by every subscriber and the replay buffer.
 #[derive(Debug)]
@@ -48,17 +38,14 @@ impl SharedFrame {
         seq: Option<u64>,
         event: &ServerEvent,
     ) -> Arc<SharedFrame> {
-        let frame = LentFrame {
-            thread_id,
-            seq,
-            event,
-        };
         // Written into this thread's scratch buffer and copied out at its exact size (replay
-        // keeps it for the whole turn): one allocation a frame ([`json_text`]). By sonic-rs,
-        // which writes what serde_json would (tested below) but escapes strings many bytes at
-        // a time: serde_json's byte-at-a-time escaping was a tenth of a W1 turn's
-        // instructions for frames alone.
-        let json = json_text::write(&frame, |text| Bytes::copy_from_slice(text.as_bytes()))
+        // keeps it for the whole turn): one allocation a frame ([`json_text`]). Its envelope
+        // by hand, chunks and tool call updates part by part, the rest through serde
+        // ([`frame_text`]); all by sonic-rs, which writes what serde_json would (tested
+        // below) but escapes strings many bytes at a time: serde_json's byte-at-a-time
+        // escaping was a tenth of a W1 turn's instructions for frames alone.
+        let fill = |json: &mut JsonWriter<'_>| frame_text::write(json, thread_id, seq, event);
+        let json = json_text::write_with(fill, |text| Bytes::copy_from_slice(text.as_bytes()))
             .unwrap_or_else(|e| {
                 tracing::error!(error = %e, "cannot encode a frame");
                 Bytes::from_static(b"{}")

@@ -12,6 +12,7 @@ pub mod control;
 pub mod embeddings;
 pub mod error;
 pub mod frame;
+mod frame_text;
 pub mod knowledge;
 pub mod leases;
 pub mod limits;
