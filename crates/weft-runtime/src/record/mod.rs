@@ -18,11 +18,12 @@ pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 use std::sync::Arc;
 
 use serde::Serialize;
-use weft_core::{json_text, Call, RecordedResult};
+use weft_core::json_text::{self, JsonWriter};
+use weft_core::{Call, RecordedResult};
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
 
-use stored::{StoredCalls, StoredEntry, StoredResponse, StoredResult};
+use stored::{StoredEntry, StoredResponse};
 
 /// What one stored item holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,12 +69,21 @@ impl ItemPlace<'_> {
     /// An item of `kind` here, its body `value` written out (by sonic-rs at its exact size,
     /// [`json_text`]; an empty object or array should it fail).
     fn written(&self, kind: ItemKind, value: &impl Serialize) -> ItemRow {
+        self.written_with(kind, |json| json.value(value))
+    }
+
+    /// An item of `kind` here, its body the text `fill` writes.
+    fn written_with(
+        &self,
+        kind: ItemKind,
+        fill: impl FnOnce(&mut JsonWriter<'_>) -> Result<(), json_text::Error>,
+    ) -> ItemRow {
         let empty = if kind == ItemKind::ToolResults {
             "[]"
         } else {
             "{}"
         };
-        let body = json_text::to_string(value).unwrap_or_else(|_| empty.to_owned());
+        let body = json_text::write_with(fill, str::to_owned).unwrap_or_else(|_| empty.to_owned());
         ItemRow {
             thread_id: self.thread_id.clone(),
             message_id: self.message_id.clone(),
@@ -100,17 +110,21 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
 pub fn response_row(place: ItemPlace<'_>, text: &str, calls: &[Call]) -> ItemRow {
     let stored = StoredResponse {
         text,
-        tool_calls: StoredCalls(calls),
+        tool_calls: calls,
     };
-    place.written(ItemKind::Assistant, &stored)
+    place.written_with(ItemKind::Assistant, |json| {
+        stored.write(json);
+        Ok(())
+    })
 }
 
 /// An item holding one round's results as the loop lends them (in their stored form, see
-/// [`stored`]). Rows are written by sonic-rs at their exact size ([`json_text`]), as frames
-/// are, byte for byte as serde_json would write them (tested in [`stored`]).
+/// [`stored`]). Rows are written at their exact size ([`json_text`]), as frames are, byte for
+/// byte as serde_json would write them (tested in [`stored`]).
 pub fn round_row(place: ItemPlace<'_>, results: &[RecordedResult<'_>]) -> ItemRow {
-    let stored: Vec<StoredResult<'_>> = results.iter().map(StoredResult::of).collect();
-    place.written(ItemKind::ToolResults, &stored)
+    place.written_with(ItemKind::ToolResults, |json| {
+        stored::write_results(json, results)
+    })
 }
 
 /// An item holding results the record makes itself (an interrupted call's), as

@@ -3,10 +3,13 @@
 //! metadata leaves out the fields still at their defaults (no approval id, no injected
 //! arguments, nothing offloaded). Readers fill them back in (the metadata's own serde
 //! defaults), so every view and every REST shape shows them as before; a W1 round's row is
-//! ~11 % smaller, and so is what it costs to write.
+//! ~11 % smaller, and so is what it costs to write. A round's results and a response are
+//! written part by part ([`JsonWriter`]: keys as constant text, not serde's call a field),
+//! byte for byte what serde_json writes for them (tested below).
 
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
+use weft_core::json_text::{Error, JsonWriter};
 use weft_core::{Call, RecordedResult};
 use weft_protocol::{ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus};
 
@@ -50,6 +53,22 @@ pub(super) struct StoredResult<'a> {
     metadata: Option<StoredMetadata<'a>>,
 }
 
+/// A round's results, `[…]`, each as [`StoredResult::write`] writes it.
+pub(super) fn write_results(
+    json: &mut JsonWriter<'_>,
+    results: &[RecordedResult<'_>],
+) -> Result<(), Error> {
+    json.raw("[");
+    for (i, result) in results.iter().enumerate() {
+        if i > 0 {
+            json.raw(",");
+        }
+        StoredResult::of(result).write(json)?;
+    }
+    json.raw("]");
+    Ok(())
+}
+
 impl<'a> StoredResult<'a> {
     pub(super) fn of(result: &RecordedResult<'a>) -> Self {
         StoredResult {
@@ -61,38 +80,62 @@ impl<'a> StoredResult<'a> {
             metadata: Some(StoredMetadata::of(result.metadata)),
         }
     }
+
+    /// What its `Serialize` writes, part by part.
+    fn write(&self, json: &mut JsonWriter<'_>) -> Result<(), Error> {
+        let StoredResult {
+            tool_call_id,
+            call_id,
+            name,
+            result,
+            is_error,
+            metadata,
+        } = self;
+        json.raw("{\"kind\":\"tool_result\",\"tool_call_id\":");
+        json.string(tool_call_id);
+        json.raw(",\"call_id\":");
+        json.string(call_id);
+        json.raw(",\"name\":");
+        json.string(name);
+        json.raw(",\"result\":");
+        json.string(result);
+        json.raw(",\"is_error\":");
+        json.bool(*is_error);
+        if let Some(metadata) = metadata {
+            json.raw(",\"metadata\":");
+            metadata.write(json)?;
+        }
+        json.raw("}");
+        Ok(())
+    }
 }
 
 /// A complete response as stored: `RecordEntry::Assistant` (no id, not partial), field for
 /// field, written from the loop's calls rather than from copies of them.
-#[derive(Serialize)]
-#[serde(tag = "kind", rename = "assistant")]
 pub(super) struct StoredResponse<'a> {
     pub text: &'a str,
-    pub tool_calls: StoredCalls<'a>,
+    pub tool_calls: &'a [Call],
 }
 
-/// A response's calls, each as `RecordedCall`.
-pub(super) struct StoredCalls<'a>(pub &'a [Call]);
-
-impl Serialize for StoredCalls<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|call| StoredCall {
-            id: &call.wire_id,
-            call_id: &call.request.id,
-            name: &call.request.name,
-            arguments: &call.request.arguments,
-        }))
+impl StoredResponse<'_> {
+    /// `{"kind":"assistant","text":…,"tool_calls":[…]}`, each call as `RecordedCall`.
+    pub(super) fn write(&self, json: &mut JsonWriter<'_>) {
+        json.raw("{\"kind\":\"assistant\",\"text\":");
+        json.string(self.text);
+        json.raw(",\"tool_calls\":[");
+        for (i, call) in self.tool_calls.iter().enumerate() {
+            json.raw(if i == 0 { "{\"id\":" } else { ",{\"id\":" });
+            json.string(&call.wire_id);
+            json.raw(",\"call_id\":");
+            json.string(&call.request.id);
+            json.raw(",\"name\":");
+            json.string(&call.request.name);
+            json.raw(",\"arguments\":");
+            json.string(&call.request.arguments);
+            json.raw("}");
+        }
+        json.raw("]}");
     }
-}
-
-/// `RecordedCall`, field for field.
-#[derive(Serialize)]
-struct StoredCall<'a> {
-    id: &'a str,
-    call_id: &'a str,
-    name: &'a str,
-    arguments: &'a str,
 }
 
 /// [`ToolResultMetadata`] without its defaults.
@@ -135,6 +178,45 @@ impl<'a> StoredMetadata<'a> {
             injected_args,
             offloaded_artifact_id: offloaded_artifact_id.as_deref(),
         }
+    }
+
+    /// What its `Serialize` writes, part by part.
+    fn write(&self, json: &mut JsonWriter<'_>) -> Result<(), Error> {
+        let StoredMetadata {
+            status,
+            started_at,
+            completed_at,
+            execution_time_ms,
+            approval_status,
+            approval_id,
+            injected_args,
+            offloaded_artifact_id,
+        } = self;
+        json.raw("{\"status\":\"");
+        json.raw(status.as_str());
+        json.raw("\",\"started_at\":");
+        json.float(*started_at);
+        json.raw(",\"completed_at\":");
+        json.float(*completed_at);
+        json.raw(",\"execution_time_ms\":");
+        json.float(*execution_time_ms);
+        json.raw(",\"approval_status\":\"");
+        json.raw(approval_status.as_str());
+        json.raw("\"");
+        if let Some(approval_id) = approval_id {
+            json.raw(",\"approval_id\":");
+            json.string(approval_id);
+        }
+        if !injected_args.is_empty() {
+            json.raw(",\"injected_args\":");
+            json.value(injected_args)?;
+        }
+        if let Some(offloaded) = offloaded_artifact_id {
+            json.raw(",\"offloaded_artifact_id\":");
+            json.string(offloaded);
+        }
+        json.raw("}");
+        Ok(())
     }
 }
 
@@ -281,41 +363,77 @@ mod tests {
             };
             let stored = StoredResponse {
                 text,
-                tool_calls: StoredCalls(calls),
+                tool_calls: calls,
             };
             assert_eq!(
-                serde_json::to_string(&stored).unwrap(),
+                text_of(|json| {
+                    stored.write(json);
+                    Ok(())
+                }),
                 serde_json::to_string(&entry).unwrap()
             );
         }
     }
 
-    /// What the record's rows are written with (sonic-rs) writes them as serde_json does.
+    /// The text `fill` writes.
+    fn text_of(fill: impl FnOnce(&mut JsonWriter<'_>) -> Result<(), Error>) -> String {
+        weft_core::json_text::write_with(fill, str::to_owned).unwrap()
+    }
+
+    /// The record's rows, written part by part, are what serde_json writes for them: every
+    /// status, a metadata field set or left out, numbers not finite, strings to escape.
     #[test]
     fn rows_are_written_as_serde_json_writes_them() {
         let mut metadata = plain();
         metadata.started_at = 1764320000.123456;
         metadata.execution_time_ms = f64::NAN;
+        metadata.approval_id = Some("a\"1".into());
         metadata
             .injected_args
             .insert("user".into(), Value::from("u\"1\n\u{1}é😀"));
-        let other = plain();
-        let stored = [
-            StoredResult::of(&lent(&metadata)),
-            StoredResult::of(&lent(&other)),
+        metadata.offloaded_artifact_id = Some("art\u{2028}".into());
+        let mut all = vec![metadata, plain()];
+        let statuses = [
+            ToolResultStatus::Error,
+            ToolResultStatus::Rejected,
+            ToolResultStatus::TimedOut,
         ];
+        for (status, approval_status) in statuses.into_iter().zip([
+            ApprovalStatus::Approved,
+            ApprovalStatus::Rejected,
+            ApprovalStatus::TimedOut,
+        ]) {
+            all.push(ToolResultMetadata {
+                status,
+                approval_status,
+                completed_at: f64::INFINITY,
+                ..plain()
+            });
+        }
+        all.push(ToolResultMetadata {
+            approval_status: ApprovalStatus::Expired,
+            ..plain()
+        });
+        let mut results: Vec<RecordedResult<'_>> = all.iter().map(lent).collect();
+        results[1].content = "line\n\"quoted\" \\ </script>";
+        results[1].is_error = true;
+        let stored: Vec<StoredResult<'_>> = results.iter().map(StoredResult::of).collect();
+        assert_eq!(
+            text_of(|json| write_results(json, &results)),
+            serde_json::to_string(&stored).unwrap()
+        );
+        assert_eq!(text_of(|json| write_results(json, &[])), "[]");
+        let bare = StoredResult {
+            metadata: None,
+            ..StoredResult::of(&results[0])
+        };
+        assert_eq!(
+            text_of(|json| bare.write(json)),
+            serde_json::to_string(&bare).unwrap()
+        );
         assert_eq!(
             weft_core::json_text::to_string(&stored).unwrap(),
             serde_json::to_string(&stored).unwrap()
-        );
-        let calls = calls();
-        let response = StoredResponse {
-            text: "a \"b\"\n\u{2028}",
-            tool_calls: StoredCalls(&calls),
-        };
-        assert_eq!(
-            weft_core::json_text::to_string(&response).unwrap(),
-            serde_json::to_string(&response).unwrap()
         );
         let summary = RecordEntry::Summary {
             summary: "so \"far\"".into(),
