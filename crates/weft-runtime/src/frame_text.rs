@@ -118,14 +118,36 @@ fn nesting(json: &mut JsonWriter<'_>, parent_id: Option<&str>, depth: u32) {
 
 fn tool_metadata(json: &mut JsonWriter<'_>, metadata: &ToolResultMetadata) -> Result<(), Error> {
     let ToolResultMetadata {
+        approval_id,
+        injected_args,
+        offloaded_artifact_id,
+        ..
+    } = metadata;
+    open_metadata(json, metadata);
+    json.raw(",\"approval_id\":");
+    json.string_or_null(approval_id.as_deref());
+    json.raw(",\"injected_args\":");
+    json.value(injected_args)?;
+    json.raw(",\"offloaded_artifact_id\":");
+    json.string_or_null(offloaded_artifact_id.as_deref());
+    json.raw("}");
+    Ok(())
+}
+
+/// `{"status":…,"started_at":…,"completed_at":…,"execution_time_ms":…,"approval_status":…`:
+/// a tool call's metadata as far as the fields it always has, the object left open (the
+/// record's rows write the rest only when set). Every field is named: one added does not
+/// compile until it is written here or after.
+pub(crate) fn open_metadata(json: &mut JsonWriter<'_>, metadata: &ToolResultMetadata) {
+    let ToolResultMetadata {
         status,
         started_at,
         completed_at,
         execution_time_ms,
         approval_status,
-        approval_id,
-        injected_args,
-        offloaded_artifact_id,
+        approval_id: _,
+        injected_args: _,
+        offloaded_artifact_id: _,
     } = metadata;
     json.raw("{\"status\":\"");
     json.raw(status.as_str());
@@ -137,14 +159,7 @@ fn tool_metadata(json: &mut JsonWriter<'_>, metadata: &ToolResultMetadata) -> Re
     json.float(*execution_time_ms);
     json.raw(",\"approval_status\":\"");
     json.raw(approval_status.as_str());
-    json.raw("\",\"approval_id\":");
-    json.string_or_null(approval_id.as_deref());
-    json.raw(",\"injected_args\":");
-    json.value(injected_args)?;
-    json.raw(",\"offloaded_artifact_id\":");
-    json.string_or_null(offloaded_artifact_id.as_deref());
-    json.raw("}");
-    Ok(())
+    json.raw("\"");
 }
 
 #[cfg(test)]

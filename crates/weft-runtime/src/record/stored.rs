@@ -13,6 +13,8 @@ use weft_core::json_text::{Error, JsonWriter};
 use weft_core::{Call, RecordedResult};
 use weft_protocol::{ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus};
 
+use crate::frame_text::open_metadata;
+
 /// One entry of a results item, as stored.
 pub(super) struct StoredEntry<'a>(pub &'a RecordEntry);
 
@@ -152,6 +154,9 @@ struct StoredMetadata<'a> {
     injected_args: &'a Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     offloaded_artifact_id: Option<&'a str>,
+    /// The metadata these fields are of.
+    #[serde(skip)]
+    whole: &'a ToolResultMetadata,
 }
 
 impl<'a> StoredMetadata<'a> {
@@ -177,32 +182,19 @@ impl<'a> StoredMetadata<'a> {
             approval_id: approval_id.as_deref(),
             injected_args,
             offloaded_artifact_id: offloaded_artifact_id.as_deref(),
+            whole: metadata,
         }
     }
 
     /// What its `Serialize` writes, part by part.
     fn write(&self, json: &mut JsonWriter<'_>) -> Result<(), Error> {
+        open_metadata(json, self.whole);
         let StoredMetadata {
-            status,
-            started_at,
-            completed_at,
-            execution_time_ms,
-            approval_status,
             approval_id,
             injected_args,
             offloaded_artifact_id,
+            ..
         } = self;
-        json.raw("{\"status\":\"");
-        json.raw(status.as_str());
-        json.raw("\",\"started_at\":");
-        json.float(*started_at);
-        json.raw(",\"completed_at\":");
-        json.float(*completed_at);
-        json.raw(",\"execution_time_ms\":");
-        json.float(*execution_time_ms);
-        json.raw(",\"approval_status\":\"");
-        json.raw(approval_status.as_str());
-        json.raw("\"");
         if let Some(approval_id) = approval_id {
             json.raw(",\"approval_id\":");
             json.string(approval_id);
