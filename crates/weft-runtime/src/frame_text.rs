@@ -2,14 +2,18 @@
 //! the envelope's. Serde's `flatten` writes the same text, but through a map (a call and a
 //! check a key, a string serializer for each key); here the envelope is written by hand and
 //! the event's members follow it ([`JsonWriter::members_of`]). Text chunks and tool call
-//! updates, most of a turn's frames, are written part by part: each key as constant text,
-//! strings through sonic-rs's escaper. The text is byte for byte what serde_json writes for a
+//! updates, most of a turn's frames, and the message a turn ends with (its execution tree a
+//! node a call) are written part by part: each key as constant text, strings through
+//! sonic-rs's escaper. The text is byte for byte what serde_json writes for a
 //! [`ServerFrame`](weft_protocol::ServerFrame) (tested here and in `frame`), and the patterns
-//! below name every field, so a field added to either event does not compile until it is
-//! written here.
+//! below name every field, so a field added to one of these events does not compile until
+//! it is written here.
 
 use weft_core::json_text::{Error, JsonWriter};
-use weft_protocol::{ServerEvent, ToolCallStatus, ToolResultMetadata};
+use weft_protocol::{
+    ExecutionTreeNode, ExecutionTreeSnapshot, ServerEvent, StoredMessage, ToolCallStatus,
+    ToolResultMetadata,
+};
 
 /// Writes the frame of `event` in `thread_id` at `seq`.
 pub(crate) fn write(
@@ -70,6 +74,12 @@ pub(crate) fn write(
                 json.raw(",\"metadata\":");
                 tool_metadata(json, metadata)?;
             }
+            json.raw("}");
+        }
+        ServerEvent::Message { message } => {
+            typed(json, thread_id, seq, "\"type\":\"message\"");
+            json.raw(",\"message\":");
+            stored_message(json, message)?;
             json.raw("}");
         }
         // Outside any thread: the event alone.
@@ -134,6 +144,105 @@ fn tool_metadata(json: &mut JsonWriter<'_>, metadata: &ToolResultMetadata) -> Re
     Ok(())
 }
 
+/// A stored message as clients see it: the one frame a turn ends with carries its execution
+/// tree, a node a tool call.
+fn stored_message(json: &mut JsonWriter<'_>, message: &StoredMessage) -> Result<(), Error> {
+    let StoredMessage {
+        id,
+        role,
+        content,
+        permission_mode,
+        execution_tree,
+        input_tokens,
+        output_tokens,
+        cost_usd,
+        status,
+        metadata,
+        created_at,
+    } = message;
+    json.raw("{\"id\":");
+    json.string(id);
+    json.raw(",\"role\":");
+    json.string(role);
+    json.raw(",\"content\":");
+    json.value(content)?;
+    if let Some(mode) = permission_mode {
+        json.raw(",\"permission_mode\":");
+        json.value(mode)?;
+    }
+    if let Some(tree) = execution_tree {
+        json.raw(",\"execution_tree\":");
+        execution_tree_text(json, tree);
+    }
+    if let Some(tokens) = input_tokens {
+        json.raw(",\"input_tokens\":");
+        json.uint(*tokens);
+    }
+    if let Some(tokens) = output_tokens {
+        json.raw(",\"output_tokens\":");
+        json.uint(*tokens);
+    }
+    if let Some(cost) = cost_usd {
+        json.raw(",\"cost_usd\":");
+        json.float(*cost);
+    }
+    if let Some(status) = status {
+        json.raw(",\"status\":");
+        json.string(status);
+    }
+    if let Some(metadata) = metadata {
+        json.raw(",\"metadata\":");
+        json.value(metadata)?;
+    }
+    json.raw(",\"created_at\":");
+    json.string(created_at);
+    json.raw("}");
+    Ok(())
+}
+
+fn execution_tree_text(json: &mut JsonWriter<'_>, tree: &ExecutionTreeSnapshot) {
+    let ExecutionTreeSnapshot { version, nodes } = tree;
+    json.raw("{\"version\":");
+    json.uint(u64::from(*version));
+    json.raw(",\"nodes\":[");
+    for (i, node) in nodes.iter().enumerate() {
+        let ExecutionTreeNode {
+            id,
+            parent_id,
+            name,
+            title,
+            args_preview,
+            result_preview,
+            is_error,
+            duration_ms,
+        } = node;
+        json.raw(if i == 0 { "{\"id\":" } else { ",{\"id\":" });
+        json.string(id);
+        json.raw(",\"parent_id\":");
+        json.string_or_null(parent_id.as_deref());
+        json.raw(",\"name\":");
+        json.string(name);
+        for (key, text) in [
+            (",\"title\":", title),
+            (",\"args_preview\":", args_preview),
+            (",\"result_preview\":", result_preview),
+        ] {
+            if let Some(text) = text {
+                json.raw(key);
+                json.string(text);
+            }
+        }
+        if let Some(is_error) = is_error {
+            json.raw(",\"is_error\":");
+            json.bool(*is_error);
+        }
+        json.raw(",\"duration_ms\":");
+        json.float(*duration_ms);
+        json.raw("}");
+    }
+    json.raw("]}");
+}
+
 /// `{"status":…,"started_at":…,"completed_at":…,"execution_time_ms":…,"approval_status":…`:
 /// a tool call's metadata as far as the fields it always has, the object left open (the
 /// record's rows write the rest only when set). Every field is named: one added does not
@@ -172,8 +281,8 @@ mod tests {
     use serde_json::{Map, Value};
     use weft_core::json_text;
     use weft_protocol::{
-        ApprovalStatus, ErrorCode, ExecutionTreeNode, ExecutionTreeSnapshot, MessageContent,
-        PermissionMode, ServerFrame, StoredMessage, ToolResultStatus,
+        ApprovalStatus, ContentPart, ErrorCode, ExecutionTreeNode, ExecutionTreeSnapshot,
+        MessageContent, PermissionMode, ServerFrame, StoredMessage, ToolResultStatus,
     };
 
     use super::*;
@@ -280,14 +389,76 @@ mod tests {
         )
     }
 
+    fn tree_node() -> impl Strategy<Value = ExecutionTreeNode> {
+        let names = (any::<String>(), any::<Option<String>>(), any::<String>());
+        let previews = (
+            any::<Option<String>>(),
+            any::<Option<String>>(),
+            any::<Option<String>>(),
+        );
+        (names, previews, any::<Option<bool>>(), any::<f64>()).prop_map(
+            |((id, parent_id, name), (title, args_preview, result_preview), is_error, ms)| {
+                ExecutionTreeNode {
+                    id,
+                    parent_id,
+                    name,
+                    title,
+                    args_preview,
+                    result_preview,
+                    is_error,
+                    duration_ms: ms,
+                }
+            },
+        )
+    }
+
+    fn message() -> impl Strategy<Value = ServerEvent> {
+        let mode = prop_oneof![
+            Just(None),
+            Just(Some(PermissionMode::Plan)),
+            Just(Some(PermissionMode::Auto)),
+        ];
+        let tree = proptest::option::of((any::<u32>(), vec(tree_node(), 0..4)));
+        let spending = (
+            any::<Option<u64>>(),
+            any::<Option<u64>>(),
+            any::<Option<f64>>(),
+        );
+        let ids = (any::<String>(), any::<String>(), any::<String>());
+        let rest = (any::<Option<String>>(), proptest::option::of(small_map()));
+        (ids, any::<String>(), mode, tree, spending, rest).prop_map(
+            |((id, role, created_at), text, permission_mode, tree, spending, rest)| {
+                let (input_tokens, output_tokens, cost_usd) = spending;
+                ServerEvent::Message {
+                    message: StoredMessage {
+                        id,
+                        role,
+                        content: MessageContent::Text(text),
+                        permission_mode,
+                        execution_tree: tree.map(|(version, nodes)| {
+                            Arc::new(ExecutionTreeSnapshot { version, nodes })
+                        }),
+                        input_tokens,
+                        output_tokens,
+                        cost_usd,
+                        status: rest.0,
+                        metadata: rest.1.map(Value::Object),
+                        created_at,
+                    },
+                }
+            },
+        )
+    }
+
     proptest! {
-        /// Any chunk or tool call update, in or out of a thread, with or without its parts,
-        /// strings of any characters and numbers of any kind: the text is serde_json's.
+        /// Any chunk, tool call update or message, in or out of a thread, with or without its
+        /// parts, strings of any characters and numbers of any kind: the text is
+        /// serde_json's.
         #[test]
-        fn chunks_and_tool_call_updates_are_written_as_serde_json_writes_them(
+        fn the_frames_written_by_hand_are_written_as_serde_json_writes_them(
             thread_id in proptest::option::of(any::<String>()),
             seq in any::<Option<u64>>(),
-            event in prop_oneof![chunk(), tool_call_update()],
+            event in prop_oneof![chunk(), tool_call_update(), message()],
             args_in_vec in vec(any::<i64>(), 0..3),
         ) {
             let mut event = event;
@@ -299,15 +470,23 @@ mod tests {
         }
     }
 
-    /// Every other event through serde, after an envelope of each shape (or none).
+    /// Every other event through serde, after an envelope of each shape (or none), and a
+    /// message written by hand with its parts of other types (content in parts).
     #[test]
     fn other_frames_are_their_envelope_then_the_event_members() {
         let message = ServerEvent::Message {
             message: StoredMessage {
                 id: "m\"1".into(),
                 role: "assistant".into(),
-                content: MessageContent::Text("hé\n".into()),
-                permission_mode: None,
+                content: MessageContent::Parts(vec![
+                    ContentPart::Text {
+                        text: "hé\n".into(),
+                    },
+                    ContentPart::ImageUrl {
+                        image_url: "https://x/y.png".into(),
+                    },
+                ]),
+                permission_mode: Some(PermissionMode::Default),
                 execution_tree: Some(Arc::new(ExecutionTreeSnapshot {
                     version: 1,
                     nodes: vec![ExecutionTreeNode {
