@@ -140,7 +140,8 @@ where
 fn text_of(written: &[u8]) -> &str {
     // SAFETY: sonic-rs writes only valid UTF-8 (its own `to_string` relies on it too): JSON's
     // punctuation and numbers, and strings copied from `str`s or escaped in ASCII. A
-    // `JsonWriter` writes only `str`s and what sonic-rs writes.
+    // `JsonWriter` writes only `str`s and what sonic-rs writes, whole; `members_of` only
+    // swaps one ASCII byte for another and cuts where a write began.
     unsafe { std::str::from_utf8_unchecked(written) }
 }
 

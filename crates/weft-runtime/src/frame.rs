@@ -40,8 +40,8 @@ impl SharedFrame {
     ) -> Arc<SharedFrame> {
         // Written into this thread's scratch buffer and copied out at its exact size (replay
         // keeps it for the whole turn): one allocation a frame ([`json_text`]). Its envelope
-        // by hand, chunks and tool call updates part by part, the rest through serde
-        // ([`frame_text`]); all by sonic-rs, which writes what serde_json would (tested
+        // by hand; chunks, tool call updates and messages part by part, the rest through
+        // serde ([`frame_text`]); all by sonic-rs, which writes what serde_json would (tested
         // below) but escapes strings many bytes at a time: serde_json's byte-at-a-time
         // escaping was a tenth of a W1 turn's instructions for frames alone.
         let fill = |json: &mut JsonWriter<'_>| frame_text::write(json, thread_id, seq, event);
