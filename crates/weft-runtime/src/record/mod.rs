@@ -23,7 +23,7 @@ use weft_core::{Call, RecordedResult};
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
 
-use stored::{StoredEntry, StoredResponse};
+use stored::StoredResponse;
 
 /// What one stored item holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,8 +130,9 @@ pub fn round_row(place: ItemPlace<'_>, results: &[RecordedResult<'_>]) -> ItemRo
 /// An item holding results the record makes itself (an interrupted call's), as
 /// [`round_row`] stores a round's.
 pub fn results_row(place: ItemPlace<'_>, results: &[RecordEntry]) -> ItemRow {
-    let stored: Vec<StoredEntry<'_>> = results.iter().map(StoredEntry).collect();
-    place.written(ItemKind::ToolResults, &stored)
+    place.written_with(ItemKind::ToolResults, |json| {
+        stored::write_entries(json, results)
+    })
 }
 
 /// The entries one stored item holds (none, with a warning, for an item that cannot be read).

@@ -7,7 +7,7 @@
 //! written part by part ([`JsonWriter`]: keys as constant text, not serde's call a field),
 //! byte for byte what serde_json writes for them (tested below).
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use serde_json::{Map, Value};
 use weft_core::json_text::{Error, JsonWriter};
 use weft_core::{Call, RecordedResult};
@@ -18,8 +18,10 @@ use crate::frame_text::open_metadata;
 /// One entry of a results item, as stored.
 pub(super) struct StoredEntry<'a>(pub &'a RecordEntry);
 
-impl Serialize for StoredEntry<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl StoredEntry<'_> {
+    /// A tool result as a lent one is stored ([`StoredResult::write`]); another entry as
+    /// serde writes it.
+    fn write(&self, json: &mut JsonWriter<'_>) -> Result<(), Error> {
         match self.0 {
             RecordEntry::ToolResult {
                 tool_call_id,
@@ -36,13 +38,40 @@ impl Serialize for StoredEntry<'_> {
                 is_error: *is_error,
                 metadata: metadata.as_ref().map(StoredMetadata::of),
             }
-            .serialize(serializer),
-            other => other.serialize(serializer),
+            .write(json),
+            other => json.value(other),
         }
     }
 }
 
-/// `RecordEntry::ToolResult`, field for field: from an entry, or lent by the loop.
+/// Entries the record makes itself (an interrupted call's), `[…]`, stored as a round's
+/// results are.
+pub(super) fn write_entries(
+    json: &mut JsonWriter<'_>,
+    entries: &[RecordEntry],
+) -> Result<(), Error> {
+    write_array(json, entries, |json, entry| StoredEntry(entry).write(json))
+}
+
+/// `items` as a JSON array, each written by `each`.
+fn write_array<T>(
+    json: &mut JsonWriter<'_>,
+    items: &[T],
+    each: impl Fn(&mut JsonWriter<'_>, &T) -> Result<(), Error>,
+) -> Result<(), Error> {
+    json.raw("[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            json.raw(",");
+        }
+        each(json, item)?;
+    }
+    json.raw("]");
+    Ok(())
+}
+
+/// `RecordEntry::ToolResult`, field for field: from an entry, or lent by the loop. Written by
+/// [`StoredResult::write`]; its `Serialize` is the reference that text is tested against.
 #[derive(Serialize)]
 #[serde(tag = "kind", rename = "tool_result")]
 pub(super) struct StoredResult<'a> {
@@ -60,15 +89,9 @@ pub(super) fn write_results(
     json: &mut JsonWriter<'_>,
     results: &[RecordedResult<'_>],
 ) -> Result<(), Error> {
-    json.raw("[");
-    for (i, result) in results.iter().enumerate() {
-        if i > 0 {
-            json.raw(",");
-        }
-        StoredResult::of(result).write(json)?;
-    }
-    json.raw("]");
-    Ok(())
+    write_array(json, results, |json, result| {
+        StoredResult::of(result).write(json)
+    })
 }
 
 impl<'a> StoredResult<'a> {
@@ -310,7 +333,7 @@ mod tests {
     fn an_entry_is_stored_as_a_lent_result_is() {
         let metadata = plain();
         assert_eq!(
-            serde_json::to_string(&StoredEntry(&read_back(&metadata))).unwrap(),
+            text_of(|json| StoredEntry(&read_back(&metadata)).write(json)),
             serde_json::to_string(&StoredResult::of(&lent(&metadata))).unwrap()
         );
         let bare = RecordEntry::ToolResult {
@@ -321,7 +344,7 @@ mod tests {
             is_error: true,
             metadata: None,
         };
-        let stored = serde_json::to_string(&StoredEntry(&bare)).unwrap();
+        let stored = text_of(|json| StoredEntry(&bare).write(json));
         assert!(!stored.contains("metadata"), "{stored}");
         assert_eq!(serde_json::from_str::<RecordEntry>(&stored).unwrap(), bare);
         let summary = RecordEntry::Summary {
@@ -329,7 +352,7 @@ mod tests {
             kept_messages: 3,
         };
         assert_eq!(
-            serde_json::to_string(&StoredEntry(&summary)).unwrap(),
+            text_of(|json| StoredEntry(&summary).write(json)),
             serde_json::to_string(&summary).unwrap()
         );
     }
