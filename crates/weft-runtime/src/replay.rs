@@ -5,6 +5,7 @@
 //! bound is passed the oldest frames go. A client resuming from before what is kept gets the
 //! stored snapshot first.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -52,27 +53,41 @@ struct Packed {
 /// Frames a block packs.
 const PACKED_FRAMES: usize = 16;
 
+/// The most room a thread keeps for a block's frames after a big block.
+const BLOCK_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// A block's frames one after another, before they are compressed.
+    static BLOCK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Packed {
     /// `frames` in one block.
     fn new(frames: &[Arc<SharedFrame>]) -> Packed {
         let base = frames.first().and_then(|f| f.seq).unwrap_or(0);
-        let mut json = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
         let mut pieces = Vec::with_capacity(frames.len());
-        for frame in frames {
-            json.extend_from_slice(frame.json_slice());
-            // One turn's frames (the buffer restarts with each turn) number within 2^26 of
-            // its floor, and a block is 16 frames, each far below 4 GB.
-            let seq = frame.seq.unwrap_or(0).saturating_sub(base);
-            pieces.push((
-                u32::try_from(seq).unwrap_or(u32::MAX),
-                u32::try_from(json.len()).unwrap_or(u32::MAX),
-            ));
-        }
+        let json = BLOCK.with_borrow_mut(|json| {
+            json.clear();
+            for frame in frames {
+                json.extend_from_slice(frame.json_slice());
+                // One turn's frames (the buffer restarts with each turn) number within 2^26
+                // of its floor, and a block is 16 frames, each far below 4 GB.
+                let seq = frame.seq.unwrap_or(0).saturating_sub(base);
+                pieces.push((
+                    u32::try_from(seq).unwrap_or(u32::MAX),
+                    u32::try_from(json.len()).unwrap_or(u32::MAX),
+                ));
+            }
+            let packed = weft_store::compress(json, |packed| Box::<[u8]>::from(packed));
+            if json.capacity() > BLOCK_KEPT {
+                *json = Vec::new();
+            }
+            packed
+        });
         Packed {
             base,
             frames: pieces.into(),
-            // Copied out of the compressor's buffer, which is made for the worst case.
-            json: lz4_flex::compress_prepend_size(&json).as_slice().into(),
+            json,
         }
     }
 

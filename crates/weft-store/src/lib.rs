@@ -29,12 +29,13 @@ use sqlx::{AnyPool, Row};
 
 pub use collections::{ChunkHit, CollectionRow, DocumentRow, NewDocument};
 pub use leases::{Lease, LeaseRenewer, LeaseRow};
+pub use packed::compress;
 pub use rows::{
     ApprovalRow, AssetRow, ItemRow, MessageRow, ModelCallRow, NewMessage, ThreadRow, WorkflowRow,
     WorkflowRunRow,
 };
 pub use vectors::{decode_vector, encode_vector};
-pub use writer::{Done, Queued, WriteError, WriteHold, WriteObserver, WriteOp};
+pub use writer::{Done, PackedItem, Queued, WriteError, WriteHold, WriteObserver, WriteOp};
 
 use writer::Writer;
 

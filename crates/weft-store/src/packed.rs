@@ -2,6 +2,12 @@
 //! since migration 15); SQLite stores what it is given. A body of [`PACK_FROM`] bytes or more
 //! is stored as a BLOB of lz4 (its size first) when that is smaller, and a BLOB body is read
 //! back through [`unpack`]; text bodies, small ones and those written before, stay text.
+//! [`compress`] is the one lz4 compressor of the server (the runtime's replay packs frames
+//! with it too): it keeps its hash table and output buffer between calls.
+
+use std::cell::RefCell;
+
+use lz4_flex::block::{compress_into_with_table, get_maximum_output_size, CompressTable};
 
 use crate::{Result, StoreError};
 
@@ -18,8 +24,44 @@ pub(crate) fn pack(body: &str) -> Option<Vec<u8>> {
     if body.len() < PACK_FROM {
         return None;
     }
-    let packed = lz4_flex::compress_prepend_size(body.as_bytes());
-    (packed.len() < body.len()).then_some(packed)
+    compress(body.as_bytes(), |packed| {
+        (packed.len() < body.len()).then(|| packed.to_vec())
+    })
+}
+
+/// Inputs this long or longer are compressed without the kept table and buffer (its 16-bit
+/// table only reaches this far, and a thread keeps no more room than this).
+const KEPT_BELOW: usize = u16::MAX as usize;
+
+thread_local! {
+    /// A thread's lz4 hash table (8 KB) and output buffer. Made anew on every call, as
+    /// `lz4_flex::compress_prepend_size` does, they cost more than compressing a record item
+    /// or a replay block (~2 KB) does.
+    static COMPRESSOR: RefCell<(CompressTable, Vec<u8>)> =
+        RefCell::new((CompressTable::small(), Vec::new()));
+}
+
+/// `bytes` compressed with lz4, their size first (the text `lz4_flex::compress_prepend_size`
+/// makes and [`unpack`] reads), handed to `keep`, which copies what it keeps and must not
+/// compress anything itself.
+pub fn compress<R>(bytes: &[u8], keep: impl FnOnce(&[u8]) -> R) -> R {
+    if bytes.len() >= KEPT_BELOW {
+        return keep(&lz4_flex::compress_prepend_size(bytes));
+    }
+    COMPRESSOR.with_borrow_mut(|(table, out)| {
+        let room = 4 + get_maximum_output_size(bytes.len());
+        if out.len() < room {
+            out.resize(room, 0);
+        }
+        // Below `KEPT_BELOW`, the size fits the 4 bytes.
+        out[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        match compress_into_with_table(bytes, &mut out[4..room], table) {
+            Ok(written) => keep(&out[..4 + written]),
+            // The buffer is the worst case's size, so this is not expected; the allocating
+            // path gives the same text.
+            Err(_) => keep(&lz4_flex::compress_prepend_size(bytes)),
+        }
+    })
 }
 
 /// The text a packed body holds.
@@ -77,5 +119,37 @@ mod tests {
         assert!(unpack(&packed).is_err());
         let not_text = lz4_flex::compress_prepend_size(&[0xFF; 600]);
         assert!(unpack(&not_text).is_err());
+    }
+
+    #[test]
+    fn the_kept_compressor_writes_what_a_fresh_one_does() {
+        // Bodies of every kind, one after another on one thread, so each call finds the
+        // table and buffer the one before left: text that repeats, noise, empty, and one
+        // past the kept table's reach.
+        let mut state = 0x2545_F491_4F6C_DD1D_u64;
+        let mut noise = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect()
+        };
+        let bodies = [
+            br#"{"kind":"tool_result","result":"stored"}"#.repeat(50),
+            noise(3000),
+            Vec::new(),
+            b"ab".repeat(40_000),
+            br#"{"kind":"assistant"}"#.repeat(7),
+            noise(70_000),
+            b"x".repeat(1000),
+        ];
+        for body in bodies {
+            let kept = compress(&body, <[u8]>::to_vec);
+            assert_eq!(kept, lz4_flex::compress_prepend_size(&body));
+            assert_eq!(lz4_flex::decompress_size_prepended(&kept).unwrap(), body);
+        }
     }
 }

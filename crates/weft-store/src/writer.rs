@@ -47,6 +47,10 @@ pub enum WriteOp {
     /// Record items, inserted, or replacing the kind and body of the row at their id (a
     /// streaming draft becomes the final item, or the pair of items that starts with it).
     Items(Vec<ItemRow>),
+    /// [`WriteOp::Items`] as a SQLite writer takes them: each body packed on its way in, by
+    /// the submitting thread ([`PackedItem`]), so a row waiting for the writer holds its
+    /// compressed body and the writer's thread does not compress.
+    PackedItems(Vec<PackedItem>),
     /// A turn ends: its assistant message (inserted or replaced).
     FinishTurn {
         message: NewMessage,
@@ -91,6 +95,7 @@ impl WriteOp {
                 messages.len() + usize::from(thread.is_some())
             }
             WriteOp::Items(items) => items.len(),
+            WriteOp::PackedItems(items) => items.len(),
             WriteOp::DropMessages { .. } | WriteOp::FinishTurn { .. } => 1,
             WriteOp::ModelCalls(models) => models.len(),
             WriteOp::Fence { .. } => 0,
@@ -100,6 +105,20 @@ impl WriteOp {
             | WriteOp::SetThreadMode { .. }
             | WriteOp::SetThreadAgent { .. }
             | WriteOp::SetAllowedTools { .. } => 1,
+        }
+    }
+
+    /// The op as a writer on `backend` takes it: on SQLite, items' bodies packed.
+    fn packed_for(self, backend: Backend) -> WriteOp {
+        match self {
+            _ if backend != Backend::Sqlite => self,
+            WriteOp::Items(rows) => {
+                WriteOp::PackedItems(rows.into_iter().map(PackedItem::new).collect())
+            }
+            WriteOp::Many(ops) => {
+                WriteOp::Many(ops.into_iter().map(|op| op.packed_for(backend)).collect())
+            }
+            op => op,
         }
     }
 
@@ -270,6 +289,8 @@ pub(crate) struct Writer {
     /// Ops that go ahead of the queue ([`WriteOp::goes_first`]).
     first: mpsc::UnboundedSender<Job>,
     shared: Arc<Shared>,
+    /// SQLite's item bodies are packed as they are submitted.
+    backend: Backend,
 }
 
 #[derive(Default)]
@@ -359,18 +380,24 @@ impl Writer {
         connected
             .await
             .unwrap_or_else(|_| Err(StoreError::Write("the writer did not start".into())))?;
-        Ok(Writer { tx, first, shared })
+        Ok(Writer {
+            tx,
+            first,
+            shared,
+            backend,
+        })
     }
 
     /// Queue `op`; a start (and the settings it may carry) goes ahead of the queue.
     pub fn submit(&self, op: WriteOp, done: Option<Done>) {
+        let op = op.packed_for(self.backend);
         self.send(op.goes_first(), Job::write(op, done));
     }
 
     /// Queue `op` ahead of what is queued (someone waits for it). Only for an op that need
     /// not follow anything queued and not yet committed.
     pub fn submit_ahead(&self, op: WriteOp, done: Option<Done>) {
-        self.send(true, Job::write(op, done));
+        self.send(true, Job::write(op.packed_for(self.backend), done));
     }
 
     /// Queue `op` (not ahead) so that it can still be moved ahead.
@@ -385,7 +412,10 @@ impl Writer {
     pub fn movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         Queued {
-            slot: Arc::new(std::sync::Mutex::new(Some((op, done)))),
+            slot: Arc::new(std::sync::Mutex::new(Some((
+                op.packed_for(self.backend),
+                done,
+            )))),
             first: self.first.clone(),
             rest: self.tx.clone(),
         }
@@ -662,7 +692,7 @@ struct Plan<'a> {
     modes: Vec<(&'a str, &'a str)>,
     agents: Vec<(&'a str, Option<&'a str>)>,
     allowed: Vec<(&'a str, &'a [String])>,
-    items: Vec<&'a ItemRow>,
+    items: Vec<ItemRef<'a>>,
     item_at: HashMap<(&'a str, i64), usize>,
     approvals: Vec<&'a ApprovalRow>,
     decisions: Vec<(&'a str, &'a str, &'a str)>,
@@ -691,18 +721,9 @@ impl<'a> Plan<'a> {
                 thread_id,
                 position,
             } => self.drops.push((thread_id, *position)),
-            WriteOp::Items(rows) => {
-                for row in rows {
-                    // The same item twice in one statement is an error: the later one wins.
-                    let key = (&*row.message_id, row.position);
-                    match self.item_at.get(&key) {
-                        Some(&i) => self.items[i] = row,
-                        None => {
-                            self.item_at.insert(key, self.items.len());
-                            self.items.push(row);
-                        }
-                    }
-                }
+            WriteOp::Items(rows) => rows.iter().for_each(|row| self.add_item(ItemRef::of(row))),
+            WriteOp::PackedItems(items) => {
+                items.iter().for_each(|item| self.add_item(item.as_ref()))
             }
             WriteOp::FinishTurn { message } => self.finished.push(message),
             WriteOp::ModelCalls(models) => self.models.extend(models),
@@ -717,6 +738,18 @@ impl<'a> Plan<'a> {
             WriteOp::SetThreadMode { id, mode } => self.modes.push((id, mode)),
             WriteOp::SetThreadAgent { id, agent } => self.agents.push((id, agent.as_deref())),
             WriteOp::SetAllowedTools { id, tools } => self.allowed.push((id, tools)),
+        }
+    }
+
+    fn add_item(&mut self, item: ItemRef<'a>) {
+        // The same item twice in one statement is an error: the later one wins.
+        let key = (&*item.row.message_id, item.row.position);
+        match self.item_at.get(&key) {
+            Some(&i) => self.items[i] = item,
+            None => {
+                self.item_at.insert(key, self.items.len());
+                self.items.push(item);
+            }
         }
     }
 
@@ -1123,9 +1156,14 @@ fn light<T>(_: &T) -> usize {
     0
 }
 
-/// An item's values, roughly: its body and its keys.
-fn item_bytes(item: &&ItemRow) -> usize {
-    item.body.len() + item.kind.len() + item.thread_id.len() + item.message_id.len()
+/// An item's values, roughly: its body (as it is bound) and its keys.
+fn item_bytes(item: &ItemRef<'_>) -> usize {
+    let ItemRef { row, body } = item;
+    let body = match body {
+        ItemBody::Packed(packed) => packed.len(),
+        ItemBody::Text | ItemBody::Unpacked => row.body.len(),
+    };
+    body + row.kind.len() + row.thread_id.len() + row.message_id.len()
 }
 
 pub(crate) async fn insert_many<T>(
@@ -1201,20 +1239,85 @@ pub(crate) fn bind_message<'q>(q: AnyQuery<'q>, m: &'q &NewMessage) -> AnyQuery<
         .bind(m.metadata.as_deref())
 }
 
-pub(crate) fn bind_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
-    bind_item_keys(q, i)
-        .bind(i.body.as_str())
-        .bind(i.created_at)
+/// An item as PostgreSQL takes it: its body as text (PostgreSQL compresses a large value
+/// itself, and no item submitted to it is packed).
+fn bind_item<'q>(q: AnyQuery<'q>, i: &'q ItemRef<'_>) -> AnyQuery<'q> {
+    bind_item_keys(q, i.row)
+        .bind(i.row.body.as_str())
+        .bind(i.row.created_at)
 }
 
-/// [`bind_item`] for SQLite: a long body compressed ([`packed`](crate::packed)).
-fn bind_packed_item<'q>(q: AnyQuery<'q>, i: &'q &ItemRow) -> AnyQuery<'q> {
-    let q = bind_item_keys(q, i);
-    match crate::packed::pack(&i.body) {
-        Some(packed) => q.bind(packed),
-        None => q.bind(i.body.as_str()),
+/// An item as SQLite takes it: a long body compressed ([`packed`](crate::packed)), on its
+/// way in or, for an item that did not come through a submission, here.
+fn bind_packed_item<'q>(q: AnyQuery<'q>, i: &'q ItemRef<'_>) -> AnyQuery<'q> {
+    let q = bind_item_keys(q, i.row);
+    match i.body {
+        ItemBody::Packed(packed) => q.bind(packed),
+        ItemBody::Text => q.bind(i.row.body.as_str()),
+        ItemBody::Unpacked => match crate::packed::pack(&i.row.body) {
+            Some(packed) => q.bind(packed),
+            None => q.bind(i.row.body.as_str()),
+        },
     }
-    .bind(i.created_at)
+    .bind(i.row.created_at)
+}
+
+/// A record item submitted to a SQLite writer, its body packed by the submitting thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedItem {
+    /// The item; its body is left empty when it was packed.
+    row: ItemRow,
+    /// The body compressed, when it was long enough and came out smaller.
+    packed: Option<Box<[u8]>>,
+}
+
+impl PackedItem {
+    fn new(mut row: ItemRow) -> PackedItem {
+        let packed = crate::packed::pack(&row.body).map(Vec::into_boxed_slice);
+        if packed.is_some() {
+            row.body = String::new();
+        }
+        PackedItem { row, packed }
+    }
+
+    fn as_ref(&self) -> ItemRef<'_> {
+        let body = match &self.packed {
+            Some(packed) => ItemBody::Packed(packed),
+            None => ItemBody::Text,
+        };
+        ItemRef {
+            row: &self.row,
+            body,
+        }
+    }
+}
+
+/// An item as a plan binds it.
+#[derive(Clone, Copy)]
+struct ItemRef<'a> {
+    row: &'a ItemRow,
+    body: ItemBody<'a>,
+}
+
+impl<'a> ItemRef<'a> {
+    /// An item not packed yet.
+    fn of(row: &'a ItemRow) -> ItemRef<'a> {
+        ItemRef {
+            row,
+            body: ItemBody::Unpacked,
+        }
+    }
+}
+
+/// Where a plan's item has its body.
+#[derive(Clone, Copy)]
+enum ItemBody<'a> {
+    /// In the row, not packed yet (SQLite packs it as it binds it).
+    Unpacked,
+    /// In the row, to be written as text: too short to pack, or no smaller packed.
+    Text,
+    /// Packed on its way in; the row's own body is empty.
+    Packed(&'a [u8]),
 }
 
 /// An item's columns before its body.
@@ -1407,6 +1510,28 @@ mod tests {
         assert!(!plan_of(&heavy).is_one_statement());
         let odd = [WriteOp::Items((0..3).map(|i| item(i, 100)).collect())];
         assert!(!plan_of(&odd).is_one_statement());
+    }
+
+    #[test]
+    fn items_are_packed_on_their_way_into_a_sqlite_writer_only() {
+        let items = || WriteOp::Many(vec![WriteOp::Items(vec![item(0, 4_000), item(1, 10)])]);
+        assert_eq!(items().packed_for(Backend::Postgres), items());
+        let WriteOp::Many(ops) = items().packed_for(Backend::Sqlite) else {
+            panic!("a batch stays a batch");
+        };
+        let [WriteOp::PackedItems(packed)] = ops.as_slice() else {
+            panic!("items become packed items: {ops:?}");
+        };
+        // The long body is packed and no longer held as text; the short one stays text.
+        let long = packed[0].packed.as_deref().expect("a long body packs");
+        assert!(long.len() < 100 && packed[0].row.body.is_empty());
+        assert!(packed[1].packed.is_none() && packed[1].row.body == "x".repeat(10));
+        assert_eq!(crate::packed::unpack(long).unwrap(), "x".repeat(4_000));
+        // A plan binds the packed body, and sizes its statements by it.
+        let plan = plan_of(&ops);
+        assert!(matches!(plan.items[0].body, ItemBody::Packed(_)));
+        assert!(matches!(plan.items[1].body, ItemBody::Text));
+        assert!(item_bytes(&plan.items[0]) < 200);
     }
 
     #[test]

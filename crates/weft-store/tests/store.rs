@@ -506,6 +506,15 @@ async fn long_items_are_stored_compressed_on_sqlite_and_read_back_whole() {
         .write(WriteOp::Items(vec![item(0, &round), item(1, "[]")]))
         .await
         .unwrap();
+    // A draft and the item replacing it in one batch (the later wins, packed), inside a
+    // batch of several ops as a turn's log submits them.
+    db.store
+        .write(WriteOp::Many(vec![
+            WriteOp::Items(vec![item(3, r#"[{"kind":"draft"}]"#)]),
+            WriteOp::Items(vec![item(3, &round)]),
+        ]))
+        .await
+        .unwrap();
     let mut own = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
         .await
         .unwrap();
@@ -528,9 +537,13 @@ async fn long_items_are_stored_compressed_on_sqlite_and_read_back_whole() {
     assert!((stored[0].1 as usize) < round.len() / 4, "{stored:?}");
     assert_eq!(stored[1].0, "text");
     assert_eq!(stored[2].0, "text");
+    assert_eq!(stored[3].0, "blob");
     let read = db.store.turn_items("tz", "mz").await.unwrap();
     let bodies: Vec<&str> = read.iter().map(|i| i.body.as_str()).collect();
-    assert_eq!(bodies, [round.as_str(), "[]", round.as_str()]);
+    assert_eq!(
+        bodies,
+        [round.as_str(), "[]", round.as_str(), round.as_str()]
+    );
     drop(own);
     db.drop_database().await.unwrap();
 }
