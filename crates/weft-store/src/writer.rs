@@ -721,7 +721,9 @@ impl<'a> Plan<'a> {
                 thread_id,
                 position,
             } => self.drops.push((thread_id, *position)),
-            WriteOp::Items(rows) => rows.iter().for_each(|row| self.add_item(ItemRef::of(row))),
+            WriteOp::Items(rows) => rows
+                .iter()
+                .for_each(|row| self.add_item(ItemRef { row, packed: None })),
             WriteOp::PackedItems(items) => {
                 items.iter().for_each(|item| self.add_item(item.as_ref()))
             }
@@ -1158,11 +1160,8 @@ fn light<T>(_: &T) -> usize {
 
 /// An item's values, roughly: its body (as it is bound) and its keys.
 fn item_bytes(item: &ItemRef<'_>) -> usize {
-    let ItemRef { row, body } = item;
-    let body = match body {
-        ItemBody::Packed(packed) => packed.len(),
-        ItemBody::Text | ItemBody::Unpacked => row.body.len(),
-    };
+    let ItemRef { row, packed } = item;
+    let body = packed.map_or(row.body.len(), <[u8]>::len);
     body + row.kind.len() + row.thread_id.len() + row.message_id.len()
 }
 
@@ -1247,17 +1246,13 @@ fn bind_item<'q>(q: AnyQuery<'q>, i: &'q ItemRef<'_>) -> AnyQuery<'q> {
         .bind(i.row.created_at)
 }
 
-/// An item as SQLite takes it: a long body compressed ([`packed`](crate::packed)), on its
-/// way in or, for an item that did not come through a submission, here.
+/// An item as SQLite takes it: its body as packed on its way in ([`PackedItem`]), or as
+/// text (short, or no smaller packed).
 fn bind_packed_item<'q>(q: AnyQuery<'q>, i: &'q ItemRef<'_>) -> AnyQuery<'q> {
     let q = bind_item_keys(q, i.row);
-    match i.body {
-        ItemBody::Packed(packed) => q.bind(packed),
-        ItemBody::Text => q.bind(i.row.body.as_str()),
-        ItemBody::Unpacked => match crate::packed::pack(&i.row.body) {
-            Some(packed) => q.bind(packed),
-            None => q.bind(i.row.body.as_str()),
-        },
+    match i.packed {
+        Some(packed) => q.bind(packed),
+        None => q.bind(i.row.body.as_str()),
     }
     .bind(i.row.created_at)
 }
@@ -1281,43 +1276,20 @@ impl PackedItem {
     }
 
     fn as_ref(&self) -> ItemRef<'_> {
-        let body = match &self.packed {
-            Some(packed) => ItemBody::Packed(packed),
-            None => ItemBody::Text,
-        };
         ItemRef {
             row: &self.row,
-            body,
+            packed: self.packed.as_deref(),
         }
     }
 }
 
-/// An item as a plan binds it.
+/// An item as a plan binds it. Every op reaches a plan through a submission, so on SQLite
+/// every item has been through [`PackedItem`]; on PostgreSQL none has.
 #[derive(Clone, Copy)]
 struct ItemRef<'a> {
     row: &'a ItemRow,
-    body: ItemBody<'a>,
-}
-
-impl<'a> ItemRef<'a> {
-    /// An item not packed yet.
-    fn of(row: &'a ItemRow) -> ItemRef<'a> {
-        ItemRef {
-            row,
-            body: ItemBody::Unpacked,
-        }
-    }
-}
-
-/// Where a plan's item has its body.
-#[derive(Clone, Copy)]
-enum ItemBody<'a> {
-    /// In the row, not packed yet (SQLite packs it as it binds it).
-    Unpacked,
-    /// In the row, to be written as text: too short to pack, or no smaller packed.
-    Text,
-    /// Packed on its way in; the row's own body is empty.
-    Packed(&'a [u8]),
+    /// The body packed on its way in (the row's own is then empty); `None`: the row's text.
+    packed: Option<&'a [u8]>,
 }
 
 /// An item's columns before its body.
@@ -1529,8 +1501,8 @@ mod tests {
         assert_eq!(crate::packed::unpack(long).unwrap(), "x".repeat(4_000));
         // A plan binds the packed body, and sizes its statements by it.
         let plan = plan_of(&ops);
-        assert!(matches!(plan.items[0].body, ItemBody::Packed(_)));
-        assert!(matches!(plan.items[1].body, ItemBody::Text));
+        assert_eq!(plan.items[0].packed, Some(long));
+        assert_eq!(plan.items[1].packed, None);
         assert!(item_bytes(&plan.items[0]) < 200);
     }
 
