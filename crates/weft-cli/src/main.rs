@@ -135,7 +135,7 @@ async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Re
     }
     // Held to the end: dropping it sends the spans still waiting.
     let _traces = telemetry::init(&config.telemetry)?;
-    let store = Store::connect_with(&config.database.url, config.sqlite_sync())
+    let store = Store::connect_with(&config.database.url, config.store_settings())
         .await
         .with_context(|| format!("cannot open the database {}", redact(&config.database.url)))?;
     store.migrate().await.context("cannot apply migrations")?;

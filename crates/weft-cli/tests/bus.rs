@@ -116,12 +116,16 @@ async fn first_round_on_record(store: &Store) {
     }
 }
 
-/// `DELETE /threads/{thread}` through `replica`, answered 204.
+/// `DELETE /threads/{thread}` through `replica`, answered 204. A replica frozen mid-write
+/// holds it up for at most `[database] stalled_transaction_ms` (5 s) beyond the stop it does
+/// not answer (5 s).
 async fn delete_thread(replica: &Server, thread: &str) {
-    let deleted = reqwest::Client::new()
+    let deleting = reqwest::Client::new()
         .delete(format!("http://{}/threads/{thread}", replica.addr))
-        .send()
+        .send();
+    let deleted = tokio::time::timeout(Duration::from_secs(60), deleting)
         .await
+        .expect("the delete is still waiting")
         .unwrap()
         .status();
     assert_eq!(deleted.as_u16(), 204);

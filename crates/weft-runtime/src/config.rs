@@ -180,6 +180,10 @@ pub struct DatabaseConfig {
     /// SQLite durability: `normal` (WAL; survives a crashed or killed process, a power loss
     /// may lose the last commits) or `full` (fsync on every commit).
     pub sqlite_synchronous: String,
+    /// PostgreSQL: how long one of Weft's transactions may wait for its next statement before
+    /// the server ends its session (0: no limit), so a replica frozen mid-write does not hold
+    /// up the others waiting on the rows it locked.
+    pub stalled_transaction_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -187,6 +191,7 @@ impl Default for DatabaseConfig {
         DatabaseConfig {
             url: "sqlite://data/weft.db".to_owned(),
             sqlite_synchronous: "normal".to_owned(),
+            stalled_transaction_ms: weft_store::StoreSettings::default().stalled_transaction_ms,
         }
     }
 }
@@ -273,9 +278,13 @@ impl Config {
         weft_providers::Providers::from_config(&self.provider, &self.providers)
     }
 
-    /// SQLite durability (validated at load).
-    pub fn sqlite_sync(&self) -> weft_store::SqliteSync {
-        weft_store::SqliteSync::parse(&self.database.sqlite_synchronous).unwrap_or_default()
+    /// How the store's connections behave (SQLite durability validated at load).
+    pub fn store_settings(&self) -> weft_store::StoreSettings {
+        weft_store::StoreSettings {
+            sqlite_sync: weft_store::SqliteSync::parse(&self.database.sqlite_synchronous)
+                .unwrap_or_default(),
+            stalled_transaction_ms: self.database.stalled_transaction_ms,
+        }
     }
 
     /// Read a config file. A key Weft does not know is an error naming it (a typo would

@@ -91,6 +91,27 @@ impl SqliteSync {
     }
 }
 
+/// How a store's connections behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSettings {
+    pub sqlite_sync: SqliteSync,
+    /// PostgreSQL: how long a transaction of this store's may wait for its next statement
+    /// before the server ends its session (0: no limit). Its process is then frozen or
+    /// stalled (`SIGSTOP`, a VM paused, swapping) with rows locked that other replicas wait
+    /// for: deleting a thread waits for the lease a batch of its turn holds. The writer
+    /// writes a batch whose session was ended again on a fresh connection.
+    pub stalled_transaction_ms: u64,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            sqlite_sync: SqliteSync::default(),
+            stalled_transaction_ms: 5_000,
+        }
+    }
+}
+
 /// The page size of a new SQLite database. A tool round's row of the record is typically 1–4 KB
 /// (its calls and their results): SQLite's default 4 KB page holds one such row and leaves the
 /// rest empty (W1's 2.4 KB rounds left 38 % of the items table unused), and every page a commit
@@ -132,10 +153,10 @@ impl Store {
     /// Connect to `url` (`sqlite://path` or `postgres://…`). SQLite files and their directory
     /// are created when missing.
     pub async fn connect(url: &str) -> Result<Store> {
-        Self::connect_with(url, SqliteSync::default()).await
+        Self::connect_with(url, StoreSettings::default()).await
     }
 
-    pub async fn connect_with(url: &str, sqlite_sync: SqliteSync) -> Result<Store> {
+    pub async fn connect_with(url: &str, settings: StoreSettings) -> Result<Store> {
         sqlx::any::install_default_drivers();
         let (backend, url) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_owned())
@@ -153,15 +174,31 @@ impl Store {
         // a dead one is replaced instead of failing a request. SQLite's cannot die so. The
         // writer is not pinged (a round trip per commit); it retries a batch whose connection
         // died on a fresh one instead.
-        let pool = AnyPoolOptions::new()
+        let mut read = AnyPoolOptions::new()
             .max_connections(max)
-            .test_before_acquire(backend == Backend::Postgres)
-            .connect(&url)
-            .await?;
+            .test_before_acquire(backend == Backend::Postgres);
         let mut write = AnyPoolOptions::new()
             .max_connections(1)
             .min_connections(0)
             .test_before_acquire(false);
+        // What each new session is told first: on PostgreSQL (reads and writes) how long a
+        // transaction may stall, on SQLite (the writer) how durable a commit is.
+        let session = match backend {
+            Backend::Postgres if settings.stalled_transaction_ms > 0 => Some(format!(
+                "SET idle_in_transaction_session_timeout = {}",
+                settings.stalled_transaction_ms
+            )),
+            Backend::Postgres => None,
+            Backend::Sqlite => Some(settings.sqlite_sync.pragma().to_owned()),
+        };
+        if let Some(session) = session {
+            let session: std::sync::Arc<str> = session.into();
+            if backend == Backend::Postgres {
+                read = read.after_connect(session_setup(session.clone()));
+            }
+            write = write.after_connect(session_setup(session));
+        }
+        let pool = read.connect(&url).await?;
         if backend == Backend::Sqlite {
             // The page size takes only on a database not yet written (this statement's
             // journal mode writes it); an existing file keeps its own.
@@ -170,12 +207,6 @@ impl Store {
             ))
             .execute(&pool)
             .await?;
-            write = write.after_connect(move |conn, _| {
-                Box::pin(async move {
-                    sqlx::Executor::execute(&mut *conn, sqlite_sync.pragma()).await?;
-                    Ok(())
-                })
-            });
         }
         let writer = Writer::start(write, &url, backend).await?;
         Ok(Store {
@@ -281,6 +312,25 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// Run `statement` on each new connection of a pool, before its first use.
+fn session_setup(
+    statement: std::sync::Arc<str>,
+) -> impl for<'c> Fn(
+    &'c mut sqlx::AnyConnection,
+    sqlx::pool::PoolConnectionMetadata,
+) -> futures::future::BoxFuture<'c, std::result::Result<(), sqlx::Error>>
+       + Send
+       + Sync
+       + 'static {
+    move |conn, _| {
+        let statement = statement.clone();
+        Box::pin(async move {
+            sqlx::Executor::execute(&mut *conn, &*statement).await?;
+            Ok(())
+        })
     }
 }
 

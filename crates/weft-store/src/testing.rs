@@ -1,7 +1,7 @@
 //! Fresh, migrated databases for tests: a new PostgreSQL database per call (dropped by
 //! [`TestDb::drop_database`]) or a new SQLite file in a temporary directory.
 
-use crate::{new_id, Result, Store, ThreadRow};
+use crate::{new_id, now_ms, Result, Store, StoreError, ThreadRow};
 
 /// Where PostgreSQL tests connect to create their databases.
 pub fn postgres_admin_url() -> String {
@@ -39,6 +39,32 @@ pub async fn forget_latest_migration(store: &Store) -> Result<()> {
         .execute(&store.pool)
         .await?;
     Ok(())
+}
+
+/// A transaction on one of `store`'s connections that holds `message_id`'s lease as a batch
+/// writing for `owner`'s turn does, then is left open: a stand-in for a replica frozen
+/// mid-batch.
+pub async fn stalled_batch(
+    store: &Store,
+    message_id: &str,
+    owner: &str,
+) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+    let mut tx = store.pool.begin().await?;
+    let held = sqlx::query(&crate::leases::fence_sql(store.backend, 1, false))
+        .bind(owner)
+        .bind(now_ms())
+        .bind(message_id)
+        .fetch_all(&mut *tx)
+        .await?;
+    if held.len() != 1 {
+        return Err(StoreError::LeaseLost(message_id.to_owned()));
+    }
+    Ok(tx)
+}
+
+/// Whether the writer takes `error` for a lost connection, and writes its batch again.
+pub fn is_connection_lost(error: &StoreError) -> bool {
+    crate::writer::is_connection_lost(error)
 }
 
 /// End every other session on the database `url` names, as a PostgreSQL restart, a failover

@@ -1041,9 +1041,10 @@ pub(crate) fn is_connection_lost(error: &StoreError) -> bool {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_) => true,
         // SQLSTATE class 08 (connection exception); 57P01-57P03: the server shut the
-        // session down or is restarting.
+        // session down or is restarting; 25P03: it ended a session whose transaction
+        // stalled (this process was frozen mid-batch, `StoreSettings::stalled_transaction_ms`).
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "25P03")
         }),
         _ => false,
     }

@@ -4,8 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
-use weft_store::testing::{new_thread, TestDb};
-use weft_store::{now_ms, ItemRow, LeaseRow, NewMessage, Store, StoreError, WriteOp};
+use std::time::Duration;
+
+use weft_store::testing::{is_connection_lost, new_thread, stalled_batch, TestDb};
+use weft_store::{
+    now_ms, ItemRow, LeaseRow, NewMessage, Store, StoreError, StoreSettings, WriteOp,
+};
 
 fn message(id: &str, status: &str) -> NewMessage {
     message_in("lt", id, status)
@@ -303,6 +307,50 @@ async fn leases_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::sqlite(dir.path()).await.unwrap();
     leases(&db.store).await;
+    db.drop_database().await.unwrap();
+}
+
+/// A replica frozen mid-batch (`SIGSTOP`, a paused VM) holds its turn's lease locked until
+/// its batch commits. Deleting the thread through another replica waits for that lock only
+/// until PostgreSQL ends the stalled session; the frozen replica, when it wakes, finds its
+/// connection lost (its writer writes the batch again, and the lease's fence keeps it out).
+#[tokio::test]
+async fn a_replica_frozen_mid_batch_holds_a_thread_delete_up_only_until_its_session_ends() {
+    let db = TestDb::postgres().await.unwrap();
+    let settings = StoreSettings {
+        stalled_transaction_ms: 300,
+        ..StoreSettings::default()
+    };
+    let frozen = Store::connect_with(&db.url, settings).await.unwrap();
+    db.store.ensure_user("alice").await.unwrap();
+    db.store
+        .write(WriteOp::Many(vec![
+            WriteOp::BeginTurn {
+                thread: Some(new_thread("lt", "alice")),
+                messages: vec![message("m1", "running")],
+            },
+            WriteOp::Lease(LeaseRow {
+                message_id: "m1".into(),
+                owner: "a".into(),
+                lasts_ms: 600_000,
+            }),
+        ]))
+        .await
+        .unwrap();
+    let batch = stalled_batch(&frozen, "m1", "a").await.unwrap();
+
+    // Without the limit this would wait for as long as the replica stays frozen.
+    let deleted = tokio::time::timeout(Duration::from_secs(30), db.store.delete_thread("lt"))
+        .await
+        .expect("the delete still waits for the frozen replica's batch")
+        .unwrap();
+    assert!(deleted);
+    assert!(db.store.thread("lt").await.unwrap().is_none());
+    assert!(db.store.lease("m1").await.unwrap().is_none());
+
+    let woke = batch.commit().await.unwrap_err();
+    assert!(is_connection_lost(&StoreError::from(woke)));
+    frozen.close().await;
     db.drop_database().await.unwrap();
 }
 
