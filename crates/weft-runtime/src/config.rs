@@ -196,6 +196,9 @@ impl Default for DatabaseConfig {
     }
 }
 
+/// The shortest `[database] stalled_transaction_ms` other than 0.
+pub const MIN_STALLED_TRANSACTION_MS: u64 = 1_000;
+
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct PolicyConfig {
@@ -347,6 +350,14 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "database.sqlite_synchronous must be \"normal\" or \"full\", got {:?}",
                 self.database.sqlite_synchronous
+            )));
+        }
+        let stalled = self.database.stalled_transaction_ms;
+        if stalled != 0 && stalled < MIN_STALLED_TRANSACTION_MS {
+            return Err(ConfigError::Invalid(format!(
+                "database.stalled_transaction_ms must be 0 (no limit) or at least \
+                 {MIN_STALLED_TRANSACTION_MS} (a busy writer's transaction must not be taken \
+                 for a stalled one), got {stalled}"
             )));
         }
         self.cluster.validate().map_err(ConfigError::Invalid)?;

@@ -91,6 +91,28 @@ fn user_names_must_be_identifiers() {
 }
 
 #[test]
+fn a_stalled_transaction_limit_is_off_or_at_least_a_second() {
+    let mut config = Config::default();
+    assert_eq!(config.database.stalled_transaction_ms, 5_000);
+    for (ms, ok) in [
+        (0, true),
+        (999, false),
+        (1, false),
+        (1_000, true),
+        (60_000, true),
+    ] {
+        config.database.stalled_transaction_ms = ms;
+        match config.validate() {
+            Ok(()) => assert!(ok, "{ms} was taken"),
+            Err(e) => {
+                assert!(!ok, "{ms}: {e}");
+                assert!(e.to_string().contains("stalled_transaction_ms"), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
 fn mcp_servers_need_distinct_names_and_one_transport() {
     let server = |name: &str, command: Option<&str>, url: Option<&str>| {
         toml::from_str::<weft_tools::mcp::McpServerConfig>(&format!(
