@@ -183,20 +183,20 @@ impl Store {
             .test_before_acquire(false);
         // What each new session is told first: on PostgreSQL (reads and writes) how long a
         // transaction may stall, on SQLite (the writer) how durable a commit is.
-        let session = match backend {
-            Backend::Postgres if settings.stalled_transaction_ms > 0 => Some(format!(
-                "SET idle_in_transaction_session_timeout = {}",
-                settings.stalled_transaction_ms
-            )),
-            Backend::Postgres => None,
-            Backend::Sqlite => Some(settings.sqlite_sync.pragma().to_owned()),
-        };
-        if let Some(session) = session {
-            let session: std::sync::Arc<str> = session.into();
-            if backend == Backend::Postgres {
-                read = read.after_connect(session_setup(session.clone()));
+        match backend {
+            Backend::Postgres if settings.stalled_transaction_ms > 0 => {
+                let limit: std::sync::Arc<str> = format!(
+                    "SET idle_in_transaction_session_timeout = {}",
+                    settings.stalled_transaction_ms
+                )
+                .into();
+                read = read.after_connect(session_setup(limit.clone()));
+                write = write.after_connect(session_setup(limit));
             }
-            write = write.after_connect(session_setup(session));
+            Backend::Postgres => {}
+            Backend::Sqlite => {
+                write = write.after_connect(session_setup(settings.sqlite_sync.pragma().into()));
+            }
         }
         let pool = read.connect(&url).await?;
         if backend == Backend::Sqlite {
