@@ -1,6 +1,6 @@
 //! The `weft` binary end to end: `serve` (with SIGTERM), `chat` (streaming, the tool tree, an
 //! inline approval, the `--agent` warning, local commands, Ctrl-C, colour, its addresses and
-//! threads) and `threads`.
+//! threads, frames bigger than its read buffer) and `threads`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -38,6 +38,7 @@ fn start_server() -> Server {
                 {"text": "All done.", "repeat": true}]},
             {"match": "slow", "steps": [{"chunks": ["s0 ", "s1 ", "s2 ", "s3 ", "s4 ", "s5 ", "s6 ", "s7 ", "s8 ", "s9 "],
                 "repeat_chunks": 20, "chunk_delay_ms": 50}]},
+            {"match": "long", "steps": [{"chunks": ["0123456789"], "repeat_chunks": 10000}]},
             {"match": "*", "steps": [{"text": "fine", "repeat": true}]}
         ]}"#,
     )
@@ -295,6 +296,21 @@ fn chat_commands_are_local_and_mode_applies_to_the_next_message() {
     assert!(
         listing.contains("write my notes") && listing.contains("plan"),
         "{listing}"
+    );
+}
+
+/// 100 KB streamed at once goes out in frames of up to 16 KiB, twice the client's read buffer:
+/// each gets room made for it, and the answer is printed whole.
+#[test]
+fn chat_prints_a_long_answer_whole_though_its_frames_outgrow_the_read_buffer() {
+    let server = start_server();
+    let (ok, stdout, stderr) = chat(&["--url", &server.url, "a long one"], "", &[]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&"0123456789".repeat(10_000)),
+        "{} bytes printed:\n{}",
+        stdout.len(),
+        &stdout[..stdout.len().min(300)]
     );
 }
 

@@ -71,9 +71,13 @@ async fn main() {
     let dying = cluster.replicas[0].addr.clone();
     let mut sockets = Vec::with_capacity(args.turns);
     for _ in 0..args.turns {
-        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{dying}/ws"))
-            .await
-            .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")));
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(
+            format!("ws://{dying}/ws"),
+            Some(weft_bench::client_config()),
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")));
         sockets.push(ws);
     }
     let chat = json!({"command": "chat_message", "data": {"content": "work"}}).to_string();

@@ -14,6 +14,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 pub use threads::list as list_threads;
@@ -392,10 +393,17 @@ async fn connect(options: &ChatOptions) -> anyhow::Result<Socket> {
             .headers_mut()
             .insert("Authorization", format!("Bearer {key}").parse()?);
     }
-    let (ws, _) = tokio_tungstenite::connect_async(request)
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(read_config()), false)
         .await
         .with_context(|| format!("cannot connect to {ws_url} (is `weft serve` running?)"))?;
     Ok(ws)
+}
+
+/// How the client reads the server's frames. tungstenite's default read buffer is 128 KiB and
+/// it zeroes the room left in it before every read: a stream's frames are a few hundred bytes,
+/// so most of a streaming client's CPU went to `memset`. A bigger frame gets room made for it.
+fn read_config() -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(8 * 1024)
 }
 
 /// Connect again, with backoff, for up to [`RECONNECT_FOR`].

@@ -106,8 +106,12 @@ fn rss_of(pid: u32) -> (u64, u64) {
 async fn connect(addr: &str) -> Ws {
     let mut tries = 0;
     loop {
-        match tokio_tungstenite::connect_async_with_config(format!("ws://{addr}/ws"), None, true)
-            .await
+        match tokio_tungstenite::connect_async_with_config(
+            format!("ws://{addr}/ws"),
+            Some(weft_bench::client_config()),
+            true,
+        )
+        .await
         {
             Ok((ws, _)) => return ws,
             Err(_) if tries < 50 => {
