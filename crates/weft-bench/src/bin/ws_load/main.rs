@@ -169,6 +169,9 @@ struct Timed {
     chunk_frames: usize,
 }
 
+/// The most one turn may take before the run fails.
+const TURN_LIMIT: Duration = Duration::from_secs(120);
+
 /// One turn on `ws`, timed.
 async fn turn(ws: &mut Ws) -> Timed {
     let frame = json!({"command": "chat_message", "data": {"content": "Run workload W1."}});
@@ -183,10 +186,17 @@ async fn turn(ws: &mut Ws) -> Timed {
     let (mut first_frame, mut first_chunk, mut last_chunk) = (None, None, None);
     let mut text = String::new();
     let mut chunk_frames = 0;
+    // One deadline for the whole turn: a timer a frame was ~2 % of the generator's CPU.
+    let deadline = tokio::time::sleep(TURN_LIMIT);
+    tokio::pin!(deadline);
     loop {
-        let message = match tokio::time::timeout(Duration::from_secs(120), ws.next()).await {
-            Ok(Some(Ok(m))) => m,
-            _ => fail("the server stopped answering"),
+        let next = tokio::select! {
+            biased;
+            next = ws.next() => next,
+            () = &mut deadline => None,
+        };
+        let Some(Ok(message)) = next else {
+            fail("the server stopped answering")
         };
         let Message::Text(body) = message else {
             continue;

@@ -42,9 +42,11 @@ pub async fn run(
     let started = Instant::now();
     let tasks = together(sockets, spread);
     let scripted = Duration::from_millis(chunk_ms * chunks as u64);
+    // From a turn's first chunk to its last, as the model paced them.
+    let paced = Duration::from_millis(chunk_ms * (chunks as u64).saturating_sub(1));
     let expected = CHUNK.repeat(chunks);
     let (mut first_chunks, mut overruns, mut keep) = (Vec::new(), Vec::new(), Vec::new());
-    let mut end_waits = Vec::new();
+    let (mut end_waits, mut stream_lags) = (Vec::new(), Vec::new());
     let (mut delivered, mut frames) = (0usize, 0usize);
     for (timed, ws) in tasks.await {
         if timed.text != expected {
@@ -59,6 +61,7 @@ pub async fn run(
         first_chunks.push(timed.first_chunk);
         overruns.push(timed.total.saturating_sub(scripted));
         end_waits.push(timed.total - timed.last_chunk);
+        stream_lags.push((timed.last_chunk - timed.first_chunk).saturating_sub(paced));
         keep.push(ws);
     }
     let wall = started.elapsed().as_secs_f64();
@@ -70,6 +73,7 @@ pub async fn run(
     first_chunks.sort();
     overruns.sort();
     end_waits.sort();
+    stream_lags.sort();
     println!("{peer},w2_turns,{n},turns");
     println!("{peer},w2_wall,{wall:.2},s");
     println!(
@@ -98,6 +102,15 @@ pub async fn run(
     println!(
         "{peer},w2_first_chunk_p99,{:.0},ms",
         percentile(&first_chunks, 0.99)
+    );
+    // How far the stream itself fell behind the model, apart from the start and the end.
+    println!(
+        "{peer},w2_stream_lag_p50,{:.0},ms",
+        percentile(&stream_lags, 0.5)
+    );
+    println!(
+        "{peer},w2_stream_lag_p99,{:.0},ms",
+        percentile(&stream_lags, 0.99)
     );
     println!(
         "{peer},w2_end_wait_p50,{:.0},ms",
