@@ -186,7 +186,7 @@ async fn turn(ws: &mut Ws) -> Timed {
     let (mut first_frame, mut first_chunk, mut last_chunk) = (None, None, None);
     let mut text = String::new();
     let mut chunk_frames = 0;
-    // One deadline for the whole turn: a timer a frame was ~2 % of the generator's CPU.
+    // One deadline for the whole turn, not a timer registered and removed for every frame.
     let deadline = tokio::time::sleep(TURN_LIMIT);
     tokio::pin!(deadline);
     loop {
