@@ -15,8 +15,10 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  # Another apt run on the machine holds dpkg's lock for a while: wait for it, not fail.
+  wait_for_lock=(-o DPkg::Lock::Timeout=600)
+  $SUDO apt-get "${wait_for_lock[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get "${wait_for_lock[@]}" install -y -qq "${missing[@]}"
 fi
 
 # A third-party MCP server (the reference "everything" server from npm, pinned by
