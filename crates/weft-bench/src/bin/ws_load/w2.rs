@@ -100,6 +100,10 @@ pub async fn run(
         percentile(&overruns, 0.99)
     );
     println!(
+        "{peer},w2_first_chunk_p50,{:.0},ms",
+        percentile(&first_chunks, 0.5)
+    );
+    println!(
         "{peer},w2_first_chunk_p99,{:.0},ms",
         percentile(&first_chunks, 0.99)
     );
