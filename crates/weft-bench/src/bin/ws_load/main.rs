@@ -169,8 +169,8 @@ struct Timed {
     chunk_frames: usize,
 }
 
-/// The most one turn may take before the run fails.
-const TURN_LIMIT: Duration = Duration::from_secs(120);
+/// The longest a turn may go without a frame before the run fails.
+const SILENCE_LIMIT: Duration = Duration::from_secs(120);
 
 /// One turn on `ws`, timed.
 async fn turn(ws: &mut Ws) -> Timed {
@@ -186,18 +186,28 @@ async fn turn(ws: &mut Ws) -> Timed {
     let (mut first_frame, mut first_chunk, mut last_chunk) = (None, None, None);
     let mut text = String::new();
     let mut chunk_frames = 0;
-    // One deadline for the whole turn, not a timer registered and removed for every frame.
-    let deadline = tokio::time::sleep(TURN_LIMIT);
+    // One timer for the turn, not one registered and removed for every frame: when it fires
+    // after a frame came, it is moved to that frame's limit.
+    let mut last_frame = tokio::time::Instant::now();
+    let deadline = tokio::time::sleep_until(last_frame + SILENCE_LIMIT);
     tokio::pin!(deadline);
     loop {
         let next = tokio::select! {
             biased;
             next = ws.next() => next,
-            () = &mut deadline => None,
+            () = &mut deadline => {
+                let limit = last_frame + SILENCE_LIMIT;
+                if tokio::time::Instant::now() < limit {
+                    deadline.as_mut().reset(limit);
+                    continue;
+                }
+                None
+            }
         };
         let Some(Ok(message)) = next else {
             fail("the server stopped answering")
         };
+        last_frame = tokio::time::Instant::now();
         let Message::Text(body) = message else {
             continue;
         };
