@@ -324,8 +324,24 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-/// Most ops taken into one transaction.
+/// Most ops taken into one transaction on SQLite, where every commit costs a WAL write and a
+/// wake-up of the connection's thread for each statement: under 10,000 streaming turns a cap
+/// of 256 tripled the commits and lengthened the overrun (BENCHMARKS).
 const MAX_BATCH: usize = 1024;
+
+/// Most ops taken into one transaction on PostgreSQL. A commit's acknowledgements (a burst's
+/// first frames among them) wait for its last row, and a big batch grows the next one: with
+/// 1,024, a burst of 1,000 W1 turns got its first chunk at p99 ~190 ms, with 256 at ~105 ms,
+/// at the same or better throughput (BENCHMARKS).
+const MAX_BATCH_POSTGRES: usize = 256;
+
+/// Most ops taken into one transaction on `backend`.
+fn max_batch(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => MAX_BATCH_POSTGRES,
+        Backend::Sqlite => MAX_BATCH,
+    }
+}
 
 impl Writer {
     /// When the batch being acknowledged (or last acknowledged) started; read in a [`Done`]
@@ -485,8 +501,8 @@ impl Queues {
     }
 
     /// See [`drain`].
-    fn drain(&mut self, came: (Job, bool), jobs: &mut Vec<Job>) {
-        drain(&mut self.first, &mut self.rest, came, jobs);
+    fn drain(&mut self, came: (Job, bool), jobs: &mut Vec<Job>, max: usize) {
+        drain(&mut self.first, &mut self.rest, came, jobs, max);
     }
 }
 
@@ -502,7 +518,7 @@ impl Source for mpsc::UnboundedReceiver<Job> {
     }
 }
 
-/// Take every job waiting to go first, then the rest in order, up to `MAX_BATCH`; `came` (the
+/// Take every job waiting to go first, then the rest in order, up to `max`; `came` (the
 /// job that woke the writer) heads its own queue's. Once any of the rest is taken, whatever
 /// went first meanwhile is taken too, whatever the bound, and put ahead of it: a turn's start
 /// queued while the rest was being taken (the writer's thread can be paused there for
@@ -513,24 +529,25 @@ fn drain(
     rest: &mut impl Source,
     (job, came_first): (Job, bool),
     jobs: &mut Vec<Job>,
+    max: usize,
 ) {
     let mut came = Some(job);
     if came_first {
         jobs.extend(came.take());
     }
-    take_while_room(first, jobs);
+    take_while_room(first, jobs, max);
     let firsts = jobs.len();
     jobs.extend(came.take());
-    take_while_room(rest, jobs);
+    take_while_room(rest, jobs, max);
     if jobs.len() > firsts {
         let meanwhile: Vec<Job> = std::iter::from_fn(|| first.next_waiting()).collect();
         jobs.splice(firsts..firsts, meanwhile);
     }
 }
 
-/// Take jobs from `source` until none waits or the batch holds `MAX_BATCH`.
-fn take_while_room(source: &mut impl Source, jobs: &mut Vec<Job>) {
-    while jobs.len() < MAX_BATCH {
+/// Take jobs from `source` until none waits or the batch holds `max`.
+fn take_while_room(source: &mut impl Source, jobs: &mut Vec<Job>, max: usize) {
+    while jobs.len() < max {
         match source.next_waiting() {
             Some(job) => jobs.push(job),
             None => break,
@@ -552,7 +569,7 @@ async fn run(
         // While held (tests, maintenance) the writer waits here; what comes meanwhile joins
         // this batch in its place.
         let held = shared.hold.read().await;
-        queues.drain(came, &mut jobs);
+        queues.drain(came, &mut jobs, max_batch(backend));
         let closing = write_jobs(&pool, backend, &mut jobs, &shared, &acks).await;
         drop(held);
         if let Some(ack) = closing {
@@ -1428,7 +1445,13 @@ mod tests {
             sent: false,
         };
         let mut jobs = Vec::new();
-        drain(&mut first, &mut rest, (named("came"), false), &mut jobs);
+        drain(
+            &mut first,
+            &mut rest,
+            (named("came"), false),
+            &mut jobs,
+            MAX_BATCH,
+        );
         assert_eq!(
             names(&jobs),
             ["earlier start", "start", "came", "round", "later"]
@@ -1509,15 +1532,30 @@ mod tests {
 
     #[test]
     fn the_rest_waits_while_a_full_batch_goes_first() {
-        let (first_tx, mut first) = mpsc::unbounded_channel();
-        let (rest_tx, mut rest) = mpsc::unbounded_channel();
-        for i in 0..MAX_BATCH + 10 {
-            first_tx.send(named(&format!("start {i}"))).unwrap();
+        for (backend, max) in [(Backend::Sqlite, 1024), (Backend::Postgres, 256)] {
+            let (first_tx, mut first) = mpsc::unbounded_channel();
+            let (rest_tx, mut rest) = mpsc::unbounded_channel();
+            for i in 0..max + 10 {
+                first_tx.send(named(&format!("start {i}"))).unwrap();
+            }
+            rest_tx.send(named("round")).unwrap();
+            let mut jobs = Vec::new();
+            let came = (named("came"), true);
+            drain(&mut first, &mut rest, came, &mut jobs, max_batch(backend));
+            assert_eq!(jobs.len(), max, "{backend:?}");
+            assert!(!names(&jobs).contains(&"round".to_owned()));
+            // The starts left over head the next batch.
+            jobs.clear();
+            drain(
+                &mut first,
+                &mut rest,
+                (named("next"), false),
+                &mut jobs,
+                max,
+            );
+            let left: Vec<String> = (max - 1..max + 10).map(|i| format!("start {i}")).collect();
+            assert_eq!(names(&jobs)[..11], left[..]);
+            assert_eq!(names(&jobs)[11..], ["next", "round"]);
         }
-        rest_tx.send(named("round")).unwrap();
-        let mut jobs = Vec::new();
-        drain(&mut first, &mut rest, (named("came"), true), &mut jobs);
-        assert_eq!(jobs.len(), MAX_BATCH);
-        assert!(!names(&jobs).contains(&"round".to_owned()));
     }
 }
