@@ -26,9 +26,9 @@ use weft_core::Pace;
 pub const BUSY: usize = 64;
 
 /// Starts in flight up to which a new turn's first round waits for them too: a burst the
-/// writer commits in one batch on SQLite (1,024 ops; four on PostgreSQL). Beyond that (10,000 turns at once) most first
-/// rounds would wait out the whole bound for commits that cannot come sooner, and the
-/// streams behind them start later (BENCHMARKS).
+/// writer commits in one batch on SQLite (1,024 ops; in four on PostgreSQL). Beyond that
+/// (10,000 turns at once) most first rounds would wait out the whole bound for commits that
+/// cannot come sooner, and the streams behind them start later (BENCHMARKS).
 pub const FIRST_ROUND_WAITS_UP_TO: u64 = 1024;
 
 /// This process's turn starts in flight, and the rounds waiting for them.
