@@ -332,7 +332,7 @@ const MAX_BATCH: usize = 1024;
 /// Most ops taken into one transaction on PostgreSQL. A commit's acknowledgements (a burst's
 /// first frames among them) wait for its last row, and a big batch grows the next one: with
 /// 1,024, a burst of 1,000 W1 turns got its first chunk at p99 ~180 ms, with 256 at ~110 ms,
-/// at the same or better throughput, for a few KiB more a running turn (BENCHMARKS).
+/// at the same or better throughput and memory within the runs' spread (BENCHMARKS).
 const MAX_BATCH_POSTGRES: usize = 256;
 
 /// Most ops taken into one transaction on `backend`.
