@@ -1,7 +1,8 @@
-//! Record item bodies compressed on SQLite. PostgreSQL compresses a large value itself (lz4
-//! since migration 15); SQLite stores what it is given. A body of [`PACK_FROM`] bytes or more
-//! is stored as a BLOB of lz4 (its size first) when that is smaller, and a BLOB body is read
-//! back through [`unpack`]; text bodies, small ones and those written before, stay text.
+//! Record item bodies compressed. A body of [`PACK_FROM`] bytes or more is packed with lz4
+//! (its size first) on its way into the writer, when that is smaller, so a row waiting for a
+//! commit holds less. SQLite stores it so, as a BLOB read back through [`unpack`] (text
+//! bodies, small ones and those written before, stay text); PostgreSQL is given the text
+//! back as the writer binds it, and compresses a large value itself (lz4 since migration 15).
 //! [`compress`] is the one lz4 compressor of the server (the runtime's replay packs frames
 //! with it too): it keeps its hash table and output buffer between calls.
 

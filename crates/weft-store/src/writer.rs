@@ -47,9 +47,10 @@ pub enum WriteOp {
     /// Record items, inserted, or replacing the kind and body of the row at their id (a
     /// streaming draft becomes the final item, or the pair of items that starts with it).
     Items(Vec<ItemRow>),
-    /// [`WriteOp::Items`] as a SQLite writer takes them: each body packed on its way in, by
-    /// the submitting thread ([`PackedItem`]), so a row waiting for the writer holds its
-    /// compressed body and the writer's thread does not compress.
+    /// [`WriteOp::Items`] as a writer takes them: each body packed on its way in, by the
+    /// submitting thread ([`PackedItem`]), so a row waiting for the writer holds its
+    /// compressed body and the writer's thread does not compress (on PostgreSQL, it unpacks
+    /// the text as it binds it).
     PackedItems(Vec<PackedItem>),
     /// A turn ends: its assistant message (inserted or replaced).
     FinishTurn {
@@ -108,16 +109,13 @@ impl WriteOp {
         }
     }
 
-    /// The op as a writer on `backend` takes it: on SQLite, items' bodies packed.
-    fn packed_for(self, backend: Backend) -> WriteOp {
+    /// The op as a writer takes it: items' bodies packed.
+    fn packed(self) -> WriteOp {
         match self {
-            _ if backend != Backend::Sqlite => self,
             WriteOp::Items(rows) => {
                 WriteOp::PackedItems(rows.into_iter().map(PackedItem::new).collect())
             }
-            WriteOp::Many(ops) => {
-                WriteOp::Many(ops.into_iter().map(|op| op.packed_for(backend)).collect())
-            }
+            WriteOp::Many(ops) => WriteOp::Many(ops.into_iter().map(WriteOp::packed).collect()),
             op => op,
         }
     }
@@ -289,8 +287,6 @@ pub(crate) struct Writer {
     /// Ops that go ahead of the queue ([`WriteOp::goes_first`]).
     first: mpsc::UnboundedSender<Job>,
     shared: Arc<Shared>,
-    /// SQLite's item bodies are packed as they are submitted.
-    backend: Backend,
 }
 
 #[derive(Default)]
@@ -397,24 +393,19 @@ impl Writer {
         connected
             .await
             .unwrap_or_else(|_| Err(StoreError::Write("the writer did not start".into())))?;
-        Ok(Writer {
-            tx,
-            first,
-            shared,
-            backend,
-        })
+        Ok(Writer { tx, first, shared })
     }
 
     /// Queue `op`; a start (and the settings it may carry) goes ahead of the queue.
     pub fn submit(&self, op: WriteOp, done: Option<Done>) {
-        let op = op.packed_for(self.backend);
+        let op = op.packed();
         self.send(op.goes_first(), Job::write(op, done));
     }
 
     /// Queue `op` ahead of what is queued (someone waits for it). Only for an op that need
     /// not follow anything queued and not yet committed.
     pub fn submit_ahead(&self, op: WriteOp, done: Option<Done>) {
-        self.send(true, Job::write(op.packed_for(self.backend), done));
+        self.send(true, Job::write(op.packed(), done));
     }
 
     /// Queue `op` (not ahead) so that it can still be moved ahead.
@@ -429,10 +420,7 @@ impl Writer {
     pub fn movable(&self, op: WriteOp, done: Option<Done>) -> Queued {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         Queued {
-            slot: Arc::new(std::sync::Mutex::new(Some((
-                op.packed_for(self.backend),
-                done,
-            )))),
+            slot: Arc::new(std::sync::Mutex::new(Some((op.packed(), done)))),
             first: self.first.clone(),
             rest: self.tx.clone(),
         }
@@ -863,7 +851,8 @@ impl<'a> Plan<'a> {
         for id in list {
             query = query.bind(id);
         }
-        for item in &self.items {
+        let items = unpacked(&self.items)?;
+        for item in &items {
             query = bind_item(query, item);
         }
         let written = query.fetch_all(&mut *conn).await?;
@@ -912,11 +901,15 @@ impl<'a> Plan<'a> {
                 .execute(&mut *conn)
                 .await?;
         }
-        let bind_items = match b {
-            Backend::Postgres => bind_item,
-            Backend::Sqlite => bind_packed_item,
-        };
-        insert_many(conn, b, &ITEMS, &self.items, bind_items, item_bytes).await?;
+        match b {
+            Backend::Postgres => {
+                let items = unpacked(&self.items)?;
+                insert_many(conn, b, &ITEMS, &items, bind_item, text_item_bytes).await?;
+            }
+            Backend::Sqlite => {
+                insert_many(conn, b, &ITEMS, &self.items, bind_packed_item, item_bytes).await?
+            }
+        }
         insert_many(conn, b, &APPROVALS, &self.approvals, bind_approval, light).await?;
         for (thread_id, id, status) in &self.decisions {
             sqlx::query(
@@ -1257,12 +1250,29 @@ pub(crate) fn bind_message<'q>(q: AnyQuery<'q>, m: &'q &NewMessage) -> AnyQuery<
         .bind(m.metadata.as_deref())
 }
 
-/// An item as PostgreSQL takes it: its body as text (PostgreSQL compresses a large value
-/// itself, and no item submitted to it is packed).
-fn bind_item<'q>(q: AnyQuery<'q>, i: &'q ItemRef<'_>) -> AnyQuery<'q> {
-    bind_item_keys(q, i.row)
-        .bind(i.row.body.as_str())
-        .bind(i.row.created_at)
+/// An item as PostgreSQL takes it: its row, and its body as text when it was packed on its
+/// way in (PostgreSQL compresses a large value itself).
+type TextItem<'a> = (&'a ItemRow, Option<String>);
+
+/// The items of a plan with their packed bodies unpacked.
+fn unpacked<'a>(items: &[ItemRef<'a>]) -> Result<Vec<TextItem<'a>>> {
+    items
+        .iter()
+        .map(|i| Ok((i.row, i.packed.map(crate::packed::unpack).transpose()?)))
+        .collect()
+}
+
+fn bind_item<'q>(q: AnyQuery<'q>, (row, text): &'q TextItem<'_>) -> AnyQuery<'q> {
+    bind_item_keys(q, row)
+        .bind(text.as_deref().unwrap_or(&row.body))
+        .bind(row.created_at)
+}
+
+fn text_item_bytes((row, text): &TextItem<'_>) -> usize {
+    item_bytes(&ItemRef {
+        row,
+        packed: text.as_deref().map(str::as_bytes),
+    })
 }
 
 /// An item as SQLite takes it: its body as packed on its way in ([`PackedItem`]), or as
@@ -1276,7 +1286,7 @@ fn bind_packed_item<'q>(q: AnyQuery<'q>, i: &'q ItemRef<'_>) -> AnyQuery<'q> {
     .bind(i.row.created_at)
 }
 
-/// A record item submitted to a SQLite writer, its body packed by the submitting thread.
+/// A record item submitted to a writer, its body packed by the submitting thread.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackedItem {
     /// The item; its body is left empty when it was packed.
@@ -1302,8 +1312,8 @@ impl PackedItem {
     }
 }
 
-/// An item as a plan binds it. Every op reaches a plan through a submission, so on SQLite
-/// every item has been through [`PackedItem`]; on PostgreSQL none has.
+/// An item as a plan binds it. Every op reaches a plan through a submission, so every item
+/// has been through [`PackedItem`].
 #[derive(Clone, Copy)]
 struct ItemRef<'a> {
     row: &'a ItemRow,
@@ -1510,10 +1520,9 @@ mod tests {
     }
 
     #[test]
-    fn items_are_packed_on_their_way_into_a_sqlite_writer_only() {
+    fn items_are_packed_on_their_way_into_a_writer() {
         let items = || WriteOp::Many(vec![WriteOp::Items(vec![item(0, 4_000), item(1, 10)])]);
-        assert_eq!(items().packed_for(Backend::Postgres), items());
-        let WriteOp::Many(ops) = items().packed_for(Backend::Sqlite) else {
+        let WriteOp::Many(ops) = items().packed() else {
             panic!("a batch stays a batch");
         };
         let [WriteOp::PackedItems(packed)] = ops.as_slice() else {
@@ -1529,6 +1538,11 @@ mod tests {
         assert_eq!(plan.items[0].packed, Some(long));
         assert_eq!(plan.items[1].packed, None);
         assert!(item_bytes(&plan.items[0]) < 200);
+        // PostgreSQL is given the text back, and sizes its statements by it.
+        let text = unpacked(&plan.items).unwrap();
+        assert_eq!(text[0].1.as_deref(), Some("x".repeat(4_000).as_str()));
+        assert_eq!(text[1].1, None);
+        assert!(text_item_bytes(&text[0]) > 4_000 && text_item_bytes(&text[1]) < 200);
     }
 
     #[test]
