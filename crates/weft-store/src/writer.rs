@@ -1170,10 +1170,16 @@ fn light<T>(_: &T) -> usize {
     0
 }
 
-/// An item's values, roughly: its body (as it is bound) and its keys.
+/// An item's values as SQLite binds them, roughly: its body (packed or not) and its keys.
 fn item_bytes(item: &ItemRef<'_>) -> usize {
-    let ItemRef { row, packed } = item;
-    let body = packed.map_or(row.body.len(), <[u8]>::len);
+    row_bytes(
+        item.row,
+        item.packed.map_or(item.row.body.len(), <[u8]>::len),
+    )
+}
+
+/// A row's values, roughly, with a body of `body` bytes.
+fn row_bytes(row: &ItemRow, body: usize) -> usize {
     body + row.kind.len() + row.thread_id.len() + row.message_id.len()
 }
 
@@ -1268,11 +1274,9 @@ fn bind_item<'q>(q: AnyQuery<'q>, (row, text): &'q TextItem<'_>) -> AnyQuery<'q>
         .bind(row.created_at)
 }
 
+/// An item's values as PostgreSQL binds them, roughly: its body's text and its keys.
 fn text_item_bytes((row, text): &TextItem<'_>) -> usize {
-    item_bytes(&ItemRef {
-        row,
-        packed: text.as_deref().map(str::as_bytes),
-    })
+    row_bytes(row, text.as_ref().map_or(row.body.len(), String::len))
 }
 
 /// An item as SQLite takes it: its body as packed on its way in ([`PackedItem`]), or as
