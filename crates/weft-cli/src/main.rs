@@ -19,6 +19,7 @@ static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -147,13 +148,37 @@ async fn serve(config_path: Option<PathBuf>, bind: Option<String>) -> anyhow::Re
         .await
         .with_context(|| format!("cannot listen on {}", config.server.bind))?;
     let addr: SocketAddr = listener.local_addr()?;
+    let deadline = Duration::from_millis(config.server.shutdown_timeout_ms) + SHUTDOWN_GRACE;
     let state = ServerState::start(config, store, providers, addr).await?;
-    weft_server::serve(state, listener, shutdown_signal()).await?;
+    weft_server::serve(state, listener, shutdown_signal(deadline)).await?;
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// How long a shutdown may take beyond `shutdown_timeout_ms` (the turns' time) before the
+/// process exits whatever it still waits for: sockets closing, the bus and the database
+/// flushed, each bounded on its own well within this.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
+
+/// Resolves at SIGTERM or Ctrl-C, and from then on the process ends within `deadline`: a
+/// dependency that hangs (a bus or database that stopped answering, a tool's server) cannot
+/// hold a deploy up. A turn cut that way is taken up as after a crash.
+async fn shutdown_signal(deadline: Duration) {
+    stop_requested().await;
+    tracing::info!(deadline_ms = deadline.as_millis() as u64, "shutting down");
+    let watchdog = std::thread::Builder::new()
+        .name("shutdown-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(deadline);
+            eprintln!("weft: shutdown did not finish within {deadline:?}; exiting now");
+            std::process::exit(1);
+        });
+    if let Err(e) = watchdog {
+        tracing::warn!(error = %e, "cannot bound the shutdown's time");
+    }
+}
+
+async fn stop_requested() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,8 +1,8 @@
 //! The real `weft` process against inputs that aim at its memory and its cores: workflows
-//! that nest and fan out (refused on save, or stopped by the run's bounds when the graph
-//! comes as data), templates that would never end, and code-mode runs that flood `output`,
-//! `log` and `store`. Every attack gets a clear error, `/healthz` keeps answering, and the
-//! process's peak memory stays small.
+//! that nest, fan out or hold more nodes than a run may run (refused on save, or stopped by
+//! the run's bounds when the graph comes as data), templates that would never end, and
+//! code-mode runs that flood `output`, `log` and `store`. Every attack gets a clear error,
+//! `/healthz` keeps answering, and the process's peak memory stays small.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -103,6 +103,20 @@ async fn amplifying_workflows_and_code_bombs_leave_the_server_standing() {
     .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "invalid_graph");
+
+    // A hundred thousand nodes side by side: more than a run may run, refused when saved.
+    let wide: Vec<Value> = (0..100_000)
+        .map(|i| json!({"id": format!("t{i}"), "type": "text.template", "inputs": {"template": "x"}}))
+        .collect();
+    let (status, body) = post(
+        &server,
+        "/workflows",
+        json!({"name": "wide", "graph": {"nodes": wide, "edges": []}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_graph");
+    assert!(body.to_string().contains("max_node_runs"), "{body}");
 
     // The same graph as data: the run fails at the depth bound.
     let id = save(&server, "maps", map_of_params()).await;

@@ -110,9 +110,20 @@ impl AgentConfig {
         Ok(())
     }
 
-    /// Lower every limit above `ceiling` to it; the fields that were lowered.
+    /// Lower every limit above `ceiling` to it, and ask before every tool the operator's
+    /// `hitl_tools` names (its list is a floor: a stored agent adds to it, never removes
+    /// from it); the fields that changed.
     pub fn clamp_to(&mut self, ceiling: &AgentConfig) -> Vec<&'static str> {
         let mut lowered = Vec::new();
+        let before = self.hitl_tools.len();
+        for tool in &ceiling.hitl_tools {
+            if !self.hitl_tools.contains(tool) {
+                self.hitl_tools.push(tool.clone());
+            }
+        }
+        if self.hitl_tools.len() > before {
+            lowered.push("hitl_tools");
+        }
         for limit in LIMITS {
             let max = (limit.get)(ceiling);
             if above((limit.get)(self), max) {
@@ -155,6 +166,24 @@ mod tests {
         assert_eq!(agent.max_wall_clock_ms, 4_000);
         assert_eq!(agent.max_cost_usd, Some(0.5));
         assert!(agent.check_within(&operator()).is_ok());
+    }
+
+    #[test]
+    fn the_operators_hitl_tools_are_a_floor_every_stored_agent_asks_before() {
+        let ceiling = AgentConfig {
+            hitl_tools: vec!["write_file".into(), "browser".into()],
+            ..operator()
+        };
+        let mut agent = AgentConfig {
+            hitl_tools: vec!["browser".into(), "fetch_url".into()],
+            ..operator()
+        };
+        assert_eq!(agent.clamp_to(&ceiling), vec!["hitl_tools"]);
+        assert_eq!(agent.hitl_tools, ["browser", "fetch_url", "write_file"]);
+        assert!(
+            agent.clamp_to(&ceiling).is_empty(),
+            "a second clamp changes nothing"
+        );
     }
 
     #[test]

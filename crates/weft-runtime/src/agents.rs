@@ -33,8 +33,10 @@ pub async fn resolve(
             )
         })?;
     let mut config = serde_json::from_str::<AgentConfig>(&row.config).map_err(Refusal::internal)?;
-    // The operator may have lowered `[agent]` since the agent was stored.
-    let lowered = config.clamp_to(&state.agent);
+    // The operator may have lowered `[agent]` since the agent was stored; its `hitl_tools`
+    // bind every agent.
+    let mut lowered = config.clamp_to(&state.agent);
+    lowered.retain(|field| *field != "hitl_tools");
     if !lowered.is_empty() {
         tracing::info!(agent = %config.name, ?lowered, "a stored agent's limits lowered to [agent]");
     }

@@ -66,6 +66,8 @@ pub trait CommandHandler: Send + Sync {
     /// Replica `owner` started a turn on `thread_id` (a quick look; any work goes on a task
     /// of its own).
     fn turn_started_elsewhere(self: Arc<Self>, bus: &Arc<Bus>, thread_id: &str, owner: &str);
+    /// Another replica deleted `thread_id`: forget what this one remembers of it.
+    fn thread_deleted_elsewhere(self: Arc<Self>, thread_id: &str);
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -93,6 +95,9 @@ fn turns_subject(thread_id: &str) -> String {
 }
 
 const TURNS: &str = "weft.turns";
+
+/// Where a deleted thread's id is announced (as the payload), to every replica.
+const DELETED: &str = "weft.threads.deleted";
 
 impl Bus {
     pub async fn connect(
@@ -130,10 +135,16 @@ impl Bus {
             .subscribe(format!("{TURNS}.*"))
             .await
             .map_err(|e| format!("cannot subscribe to the turns other replicas start: {e}"))?;
+        let deleted = self
+            .client
+            .subscribe(DELETED)
+            .await
+            .map_err(|e| format!("cannot subscribe to deleted threads: {e}"))?;
         // Subscribed before start-up goes on: no command sent after it is missed.
         self.client.flush().await.map_err(|e| e.to_string())?;
         self.answer_commands(commands, handler.clone());
-        self.hear_turns(turns, handler);
+        self.hear_turns(turns, handler.clone());
+        self.hear_deletes(deleted, handler);
         Ok(())
     }
 
@@ -146,6 +157,41 @@ impl Bus {
             let body = Bytes::from(bus.replica_id.clone().into_bytes());
             if let Err(e) = bus.client.publish(subject, body).await {
                 tracing::warn!(error = %e, "cannot announce a turn");
+            }
+        });
+    }
+
+    /// Tell every replica (this one too) that `thread_id` was deleted, and wait until the
+    /// bus has it (bounded: a bus that is down delays no delete; the database is the
+    /// truth, and a replica that missed this still reads the thread's row).
+    pub async fn announce_deleted(&self, thread_id: &str) {
+        let published = async {
+            self.client
+                .publish(DELETED, Bytes::from(thread_id.to_owned()))
+                .await
+                .map_err(|e| e.to_string())?;
+            self.client.flush().await.map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, published).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot announce a deleted thread"),
+            Err(_) => tracing::warn!("announcing a deleted thread timed out"),
+        }
+    }
+
+    fn hear_deletes(
+        self: &Arc<Self>,
+        mut deleted: async_nats::Subscriber,
+        handler: Weak<dyn CommandHandler>,
+    ) {
+        tokio::spawn(async move {
+            while let Some(message) = deleted.next().await {
+                let Some(handler) = handler.upgrade() else {
+                    return;
+                };
+                if let Ok(thread_id) = std::str::from_utf8(&message.payload) {
+                    handler.thread_deleted_elsewhere(thread_id);
+                }
             }
         });
     }

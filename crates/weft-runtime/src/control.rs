@@ -20,12 +20,17 @@ use crate::threads::{turn_seq_floor, ThreadRuntime};
 /// The most of a reason for a decision the model is shown.
 const MAX_REASON_BYTES: usize = 1_000;
 
+/// How long shutdown waits for turns it stopped to end.
+const STOPPED_TURNS_WAIT: Duration = Duration::from_secs(5);
+
+/// How long shutdown waits for the bus to take what was published.
+const BUS_FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// How long deleting a thread waits for its running turn to stop and persist.
 const DELETE_WAIT: Duration = Duration::from_secs(10);
 
 impl Runtime {
-    /// The live runtime of a thread `user` owns. A thread in memory is authoritative (its
-    /// creation may not be committed yet); otherwise it is read from the store.
+    /// The live runtime of a thread `user` owns, as its row has it (see [`Runtime::owner_of`]).
     pub async fn owned_thread(
         &self,
         user: &str,
@@ -33,7 +38,18 @@ impl Runtime {
     ) -> Result<Arc<ThreadRuntime>, Refusal> {
         match self.owner_of(user, thread_id).await? {
             Owned::Live(thread) => Ok(thread),
-            Owned::Stored(row) => Ok(self.hub.from_row(&row)),
+            Owned::Stored(row) => {
+                let thread = self.hub.from_row(&row);
+                if thread.owner != row.owner {
+                    // Another user's start of this id runs here and is bound to fail.
+                    return Err(Refusal::turn_in_progress(thread_id));
+                }
+                if self.bus.is_some() && !thread.is_active() {
+                    // Another replica may have changed it since this one last ran the thread.
+                    thread.refresh(&row);
+                }
+                Ok(thread)
+            }
         }
     }
 
@@ -42,27 +58,35 @@ impl Runtime {
         self.owner_of(user, thread_id).await.map(|_| ())
     }
 
-    /// The thread, live or stored, when `user` owns it.
+    /// The thread when `user` owns it. Its row says who owns it: another replica may have
+    /// deleted it, or won the race to create it, whatever this replica remembers. Only a
+    /// thread whose first turn runs here and whose row is not committed yet is answered from
+    /// memory.
     async fn owner_of(&self, user: &str, thread_id: &str) -> Result<Owned, Refusal> {
-        if let Some(thread) = self.hub.get(thread_id) {
-            return if thread.owner == user {
-                Ok(Owned::Live(thread))
-            } else {
-                Err(Refusal::forbidden_thread())
-            };
-        }
         if !weft_protocol::is_identifier(thread_id) {
             return Err(no_thread(thread_id));
         }
-        match self
+        let row = self
             .store
             .thread(thread_id)
             .await
-            .map_err(Refusal::internal)?
-        {
-            None => Err(no_thread(thread_id)),
+            .map_err(Refusal::internal)?;
+        let live = self.hub.get(thread_id);
+        match row {
             Some(row) if row.owner != user => Err(Refusal::forbidden_thread()),
             Some(row) => Ok(Owned::Stored(row)),
+            None => match live {
+                Some(thread) if thread.is_active() && thread.owner == user => {
+                    Ok(Owned::Live(thread))
+                }
+                Some(thread) if thread.is_active() => Err(Refusal::forbidden_thread()),
+                Some(thread) => {
+                    // Deleted, or never created (its start failed): nothing to remember.
+                    self.hub.forget(&thread);
+                    Err(no_thread(thread_id))
+                }
+                None => Err(no_thread(thread_id)),
+            },
         }
     }
 
@@ -411,9 +435,17 @@ impl Runtime {
                 continue;
             }
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(grace)).await;
-                if thread.stop_if_still_detached(generation) {
-                    tracing::info!(thread = %thread.id, "stopped a turn nobody resumed");
+                loop {
+                    tokio::time::sleep(Duration::from_millis(grace)).await;
+                    // An approval waits as long as it may (`approval_timeout_ms`), watched
+                    // or not: the turn is looked at again a grace later.
+                    if thread.waits_for_approval() && thread.still_detached(generation) {
+                        continue;
+                    }
+                    if thread.stop_if_still_detached(generation) {
+                        tracing::info!(thread = %thread.id, "stopped a turn nobody resumed");
+                    }
+                    break;
                 }
             });
         }
@@ -455,8 +487,11 @@ impl Runtime {
         self.store
             .delete_thread(thread_id)
             .await
-            .map(|_| ())
-            .map_err(Refusal::internal)
+            .map_err(Refusal::internal)?;
+        if let Some(bus) = &self.bus {
+            bus.announce_deleted(thread_id).await;
+        }
+        Ok(())
     }
 
     /// Forget replay buffers of long-finished turns and idle thread runtimes, and stale
@@ -496,11 +531,23 @@ impl Runtime {
             for thread in running {
                 thread.stop();
             }
-            self.turns.wait().await;
+            // A stopped turn ends at once unless its last write waits for a database that
+            // stopped answering: then it is left as a crash leaves it.
+            if tokio::time::timeout(STOPPED_TURNS_WAIT, self.turns.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("stopped turns did not end in time");
+            }
         }
         // Followers on other replicas get the last frames before this process goes.
         if let Some(bus) = &self.bus {
-            bus.flush().await;
+            if tokio::time::timeout(BUS_FLUSH_WAIT, bus.flush())
+                .await
+                .is_err()
+            {
+                tracing::warn!("the bus did not take the last frames in time");
+            }
         }
     }
 }

@@ -33,4 +33,12 @@ impl Refusal {
     pub fn forbidden_thread() -> Refusal {
         Refusal::new(ErrorCode::Forbidden, "that thread belongs to another user")
     }
+
+    /// A message for a thread whose turn is running (here or on another replica).
+    pub fn turn_in_progress(thread_id: &str) -> Refusal {
+        Refusal::new(
+            ErrorCode::TurnInProgress,
+            format!("thread `{thread_id}` already has a turn running; send stop first"),
+        )
+    }
 }

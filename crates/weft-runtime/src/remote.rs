@@ -383,6 +383,12 @@ impl CommandHandler for Runtime {
         }
     }
 
+    fn thread_deleted_elsewhere(self: Arc<Self>, thread_id: &str) {
+        if let Some(thread) = self.hub.get(thread_id) {
+            self.hub.forget(&thread);
+        }
+    }
+
     fn turn_started_elsewhere(self: Arc<Self>, bus: &Arc<Bus>, thread_id: &str, owner: &str) {
         self.follow_for_watchers(bus, thread_id, owner);
     }

@@ -270,6 +270,19 @@ impl ThreadRuntime {
         None
     }
 
+    /// Whether the turn is orphaned since `generation` (nobody resumed meanwhile).
+    pub fn still_detached(&self, generation: u64) -> bool {
+        let state = self.state.lock();
+        state.detach_generation == generation
+            && state.subscribers.is_empty()
+            && state.active.is_some()
+    }
+
+    /// Whether the running turn waits for a person to answer an approval.
+    pub fn waits_for_approval(&self) -> bool {
+        !self.gate.pending().is_empty()
+    }
+
     /// Stop the turn if it is still orphaned since `generation` (nobody resumed meanwhile).
     pub fn stop_if_still_detached(&self, generation: u64) -> bool {
         let state = self.state.lock();
@@ -428,9 +441,17 @@ impl ThreadHub {
     }
 
     /// The live runtime of a stored thread, created from its row on first use (its owner,
-    /// its mode, the tools allowed for the chat).
+    /// its mode, the tools allowed for the chat). One remembered for another owner is stale
+    /// (its thread was deleted and created again, or another replica won the race to create
+    /// it) and is replaced, unless a turn (whose start is bound to fail) still runs in it.
     pub fn from_row(&self, row: &weft_store::ThreadRow) -> Arc<ThreadRuntime> {
         let mut threads = self.threads.lock();
+        if threads
+            .get(&row.id)
+            .is_some_and(|thread| thread.owner != row.owner && !thread.is_active())
+        {
+            threads.remove(&row.id);
+        }
         let thread = threads.entry(row.id.clone()).or_insert_with(|| {
             let mode = PermissionMode::parse(&row.permission_mode).unwrap_or_default();
             let thread = ThreadRuntime::new(
@@ -450,6 +471,18 @@ impl ThreadHub {
 
     pub fn remove(&self, id: &str) -> Option<Arc<ThreadRuntime>> {
         self.threads.lock().remove(id)
+    }
+
+    /// Forget `thread` if it is still the runtime remembered for its id and runs no turn
+    /// (a start that failed, a thread deleted elsewhere); its subscribers are dropped.
+    pub fn forget(&self, thread: &Arc<ThreadRuntime>) {
+        let mut threads = self.threads.lock();
+        let same = threads
+            .get(&*thread.id)
+            .is_some_and(|known| Arc::ptr_eq(known, thread));
+        if same && !thread.is_active() {
+            threads.remove(&*thread.id);
+        }
     }
 
     /// Unsubscribe a subscriber everywhere; returns the turns it left orphaned, each with the

@@ -49,6 +49,9 @@ pub fn router(state: Arc<ServerState>) -> Router {
 /// Serve until `shutdown` resolves; then stop accepting, close sockets (1012: reconnect), let running
 /// turns finish within `server.shutdown_timeout_ms`, stop the rest, and wait for them to
 /// persist what they produced.
+/// How long shutdown waits for the store's last writes and its connections to close.
+const STORE_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 pub async fn serve(
     state: Arc<ServerState>,
     listener: TcpListener,
@@ -74,6 +77,13 @@ pub async fn serve(
     })
     .await;
     runtime.drain_turns().await;
-    runtime.store.close().await;
+    // Its last batch and its connections; a database that stopped answering holds no
+    // shutdown up (what was not committed is as a crash leaves it).
+    if tokio::time::timeout(STORE_CLOSE_WAIT, runtime.store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the database did not close in time");
+    }
     Ok(())
 }

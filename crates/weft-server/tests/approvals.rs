@@ -51,7 +51,7 @@ async fn allow_runs_the_call_and_records_the_outcome() {
     let server = TestServer::start(two_writes()).await;
     let mut c = server.client().await;
     c.chat(None, "write", json!({})).await;
-    let frames = answering(&mut c, &["allow", "allow"]).await;
+    let frames = answering(&mut c, &["allow", "allow", "allow"]).await;
     assert_eq!(of_type(&frames, "tool_approval_request").len(), 2);
     let request = of_type(&frames, "tool_approval_request")[0];
     assert_eq!(
@@ -202,6 +202,31 @@ async fn a_person_deciding_does_not_spend_the_wall_clock_and_an_approval_times_o
     assert_eq!(resolved[0]["decision"], "timed_out");
     let end = support::tool_end(&frames);
     assert_eq!(end["metadata"]["approval_status"], "timed_out");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_approval_waits_its_full_timeout_when_its_client_leaves_not_the_detach_grace() {
+    // The grace is 200 ms; the approval may wait a minute. The client leaves for a second.
+    let server = TestServer::start_with(two_writes(), |c| c.server.detach_grace_ms = 200).await;
+    let mut c = server.client().await;
+    c.chat(None, "write", json!({})).await;
+    let asked = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    let thread = thread_of(&asked);
+    c.close().await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    let stored = server.store().messages(&thread).await.unwrap();
+    assert_eq!(stored[1].status, "running", "stopped at the grace");
+
+    // Back: the same approval is asked again, answered, and the turn goes on.
+    let mut c = server.client().await;
+    c.send(json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}))
+        .await;
+    let frames = answering(&mut c, &["allow", "allow", "allow"]).await;
+    let message = &of_type(&frames, "message")[0]["message"];
+    assert_eq!(message["status"], "completed", "{frames:?}");
+    assert!(server.workspace.join("b.md").exists());
+
     server.stop().await;
 }
 

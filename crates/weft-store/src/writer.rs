@@ -146,6 +146,9 @@ pub struct WriteError(pub String);
 /// What a write that started a turn on a thread that already runs one fails with.
 const THREAD_BUSY: &str = "the thread already has a turn running";
 
+/// What a write that creates a thread whose id is taken fails with.
+const THREAD_TAKEN: &str = "a thread of that id exists";
+
 /// What a write whose fence failed starts with ([`StoreError::LeaseLost`]'s text).
 const LEASE_LOST: &str = "this replica no longer holds the lease of turn ";
 
@@ -154,6 +157,9 @@ impl WriteError {
         if is_second_running_turn(error) {
             return WriteError(THREAD_BUSY.to_owned());
         }
+        if is_existing_thread(error) {
+            return WriteError(THREAD_TAKEN.to_owned());
+        }
         WriteError(error.to_string())
     }
 
@@ -161,6 +167,12 @@ impl WriteError {
     /// replica meanwhile, or left by a dead one) is still running.
     pub fn is_thread_busy(&self) -> bool {
         self.0 == THREAD_BUSY
+    }
+
+    /// The write created a thread whose id another write (through another replica) took
+    /// meanwhile.
+    pub fn is_thread_taken(&self) -> bool {
+        self.0 == THREAD_TAKEN
     }
 
     /// The write's fence failed: its turn's lease is no longer this replica's (another
@@ -190,6 +202,14 @@ fn is_second_running_turn(error: &StoreError) -> bool {
         && (db.constraint() == Some("messages_one_running_turn")
             // SQLite names the columns, not the index; it is the only unique one on them.
             || db.message().contains("messages.thread_id"))
+}
+
+fn is_existing_thread(error: &StoreError) -> bool {
+    let StoreError::Database(sqlx::Error::Database(db)) = error else {
+        return false;
+    };
+    db.kind() == sqlx::error::ErrorKind::UniqueViolation
+        && (db.constraint() == Some("threads_pkey") || db.message().contains("threads.id"))
 }
 
 /// Called once the op is committed (or is known not to be).
@@ -695,6 +715,9 @@ struct Plan<'a> {
     drops: Vec<(&'a str, i64)>,
     begin_messages: Vec<&'a NewMessage>,
     touched: Vec<&'a str>,
+    /// Existing threads a turn starts on, each with its first message's place: nothing may
+    /// be there yet (another replica's turn started meanwhile took it).
+    continued: Vec<(&'a str, i64)>,
     modes: Vec<(&'a str, &'a str)>,
     agents: Vec<(&'a str, Option<&'a str>)>,
     allowed: Vec<(&'a str, &'a [String])>,
@@ -718,6 +741,7 @@ impl<'a> Plan<'a> {
                     None => {
                         if let Some(m) = messages.first() {
                             self.touched.push(&m.thread_id);
+                            self.continued.push((&m.thread_id, m.position));
                         }
                     }
                 }
@@ -864,6 +888,10 @@ impl<'a> Plan<'a> {
 
     async fn execute(&self, conn: &mut AnyConnection, b: Backend) -> Result<()> {
         insert_many(conn, b, &THREADS, &self.threads, bind_thread, light).await?;
+        // Each continued thread's row locked first: starts on one thread through two replicas
+        // take turns here, and the second sees what the first wrote.
+        touch_threads(conn, b, &self.touched).await?;
+        check_places_free(conn, &self.continued).await?;
         for (thread_id, position) in &self.drops {
             drop_messages(conn, thread_id, *position).await?;
         }
@@ -878,7 +906,6 @@ impl<'a> Plan<'a> {
         .await?;
         insert_many(conn, b, &LEASES, &self.leases, bind_lease, light).await?;
         check_fences(conn, b, &self.fences, &self.finished).await?;
-        touch_threads(conn, b, &self.touched).await?;
         for (id, mode) in &self.modes {
             sqlx::query("UPDATE threads SET permission_mode = $1 WHERE id = $2")
                 .bind(*mode)
@@ -981,6 +1008,23 @@ async fn check_fences(
 }
 
 /// A thread's finished messages from `position` on, with what hangs on them.
+/// Fail with [`THREAD_BUSY`] when a message already holds the place a new turn's first
+/// message takes: another turn of the thread started after this one read the thread.
+async fn check_places_free(conn: &mut AnyConnection, continued: &[(&str, i64)]) -> Result<()> {
+    for (thread_id, position) in continued {
+        let taken =
+            sqlx::query("SELECT 1 FROM messages WHERE thread_id = $1 AND position >= $2 LIMIT 1")
+                .bind(*thread_id)
+                .bind(*position)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if taken.is_some() {
+            return Err(StoreError::Write(THREAD_BUSY.to_owned()));
+        }
+    }
+    Ok(())
+}
+
 async fn drop_messages(conn: &mut AnyConnection, thread_id: &str, position: i64) -> Result<()> {
     const DROPPED: &str = "SELECT id FROM messages WHERE thread_id = $1 AND position >= $2 \
                            AND status <> 'running'";

@@ -361,12 +361,26 @@ fn static_inputs(
     nesting
 }
 
-/// [`validate`], and the graph's nesting within `limits` (`max_map_depth`).
+/// [`validate`], and the graph within `limits`: its nodes (`max_node_runs`) and its nesting
+/// (`max_map_depth`).
 pub fn validate_within(
     graph: &Graph,
     registry: &NodeRegistry,
     limits: &RunLimits,
 ) -> Result<Plan, Vec<GraphError>> {
+    // A graph that could never run whole is refused before it is looked at node by node.
+    if graph.nodes.len() as u64 > limits.max_node_runs {
+        return Err(vec![error(
+            "",
+            None,
+            format!(
+                "the graph has {} nodes; this server runs at most {} nodes a run \
+                 ([workflow] max_node_runs)",
+                graph.nodes.len(),
+                limits.max_node_runs
+            ),
+        )]);
+    }
     let plan = validate(graph, registry)?;
     if plan.nesting > limits.max_map_depth {
         return Err(vec![error(

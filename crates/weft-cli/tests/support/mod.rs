@@ -72,6 +72,18 @@ impl Server {
 
     /// [`Server::start_with`] listening on `bind` (a restarted server on its former address).
     pub async fn start_on(db: &Db, script: &Value, config: &str, bind: &str) -> Server {
+        Self::start_env(db, script, config, bind, &[]).await
+    }
+
+    /// [`Server::start_on`] with more environment variables (`WEFT_DATABASE_URL` among them
+    /// replaces the database's).
+    pub async fn start_env(
+        db: &Db,
+        script: &Value,
+        config: &str,
+        bind: &str,
+        env: &[(&str, &str)],
+    ) -> Server {
         let script_path = db.dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         let config_path = db.dir.path().join("weft.toml");
@@ -88,6 +100,7 @@ impl Server {
                 std::env::var("WEFT_TEST_LOG").unwrap_or_else(|_| "info".to_owned()),
             )
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .current_dir(db.dir.path())
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("WEFT_TEST_LOG").is_some() {
@@ -156,6 +169,36 @@ impl Server {
             .await
             .unwrap();
         ws
+    }
+
+    /// A websocket as the user whose API key is `key`.
+    pub async fn connect_as(&self, key: &str) -> Ws {
+        let (ws, _) =
+            tokio_tungstenite::connect_async(format!("ws://{}/ws?api_key={key}", self.addr))
+                .await
+                .unwrap();
+        ws
+    }
+
+    /// A REST call as the user whose API key is `key`: its status and JSON body (`null`
+    /// when it has none).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = reqwest::Client::new()
+            .request(method, format!("http://{}{path}", self.addr))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// One turn's trace (`message` is its final `message` frame): subtasks nested, full
@@ -266,6 +309,16 @@ impl Nats {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
     }
+
+    /// Send the server a signal by name (`STOP` freezes it, `CONT` wakes it).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("nats-server runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} {pid}");
+    }
 }
 
 /// A load balancer of the test's own: each TCP connection goes to the backend current when
@@ -323,4 +376,61 @@ pub fn results_named(trace: &Value, tool: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     walk(trace, tool, &mut out);
     out
+}
+
+/// A TCP proxy of the test's own that can freeze: from then on it forwards nothing and
+/// closes nothing, as a server that stopped answering (but whose host is still up).
+pub struct FreezingProxy {
+    pub addr: String,
+    frozen: tokio::sync::watch::Sender<bool>,
+}
+
+impl FreezingProxy {
+    pub async fn start(backend: &str) -> FreezingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (frozen, watch) = tokio::sync::watch::channel(false);
+        let backend = backend.to_owned();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&backend).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(forward(client_read, server_write, watch.clone()));
+                tokio::spawn(forward(server_read, client_write, watch.clone()));
+            }
+        });
+        FreezingProxy { addr, frozen }
+    }
+
+    /// Stop forwarding, for good, on every connection (new ones hang too).
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+}
+
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if *frozen.borrow() {
+            // Hold both ends open and silent.
+            let _held = (from, to);
+            std::future::pending::<()>().await;
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }

@@ -80,7 +80,7 @@ impl Runtime {
             .await?;
         if let Some(row) = &existing {
             if self.remote_turn(&row.id).await?.is_some() {
-                return Err(turn_in_progress(&row.id));
+                return Err(Refusal::turn_in_progress(&row.id));
             }
         }
         let replaces = self
@@ -232,7 +232,7 @@ impl Runtime {
         let cancel = CancellationToken::new();
         let message_id = new_id();
         if !runtime.try_begin(cancel.clone(), &message_id) {
-            return Err(turn_in_progress(&row.id));
+            return Err(Refusal::turn_in_progress(&row.id));
         }
         Ok(Claim {
             runtime,
@@ -241,14 +241,6 @@ impl Runtime {
             cancel,
         })
     }
-}
-
-fn turn_in_progress(thread_id: &str) -> Refusal {
-    Refusal::new(ErrorCode::TurnInProgress, busy_message(thread_id))
-}
-
-pub(super) fn busy_message(thread_id: &str) -> String {
-    format!("thread `{thread_id}` already has a turn running; send stop first")
 }
 
 /// Code mode runs neither the planner nor budget awareness: an agent that asks for either is

@@ -21,6 +21,7 @@ use weft_store::{new_id, now_ms, Done, NewMessage, StoreError, ThreadRow, WriteO
 use super::request::TurnRequest;
 use super::resolve::Setup;
 use super::start::Claim;
+use crate::error::Refusal;
 use crate::leases::TurnLease;
 use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
@@ -85,6 +86,17 @@ enum Opened<'a> {
     Failed(StoreError),
 }
 
+/// Why a turn's start was not saved.
+#[derive(Debug, Clone, Copy)]
+enum StartRefused {
+    /// Another turn of the thread runs (started through another replica meanwhile).
+    Busy,
+    /// The thread it would create was created meanwhile, through another replica.
+    Taken,
+    /// The database failed.
+    Failed,
+}
+
 /// A new turn's start: written (the thread when new, the user message, the running
 /// message, the lease), then announced.
 struct NewStart {
@@ -113,7 +125,9 @@ struct TurnTask {
     cancel: CancellationToken,
     /// Why the turn's start was not saved, once its write failed: it then ends with this
     /// error and writes nothing.
-    refused: Arc<OnceLock<(ErrorCode, String)>>,
+    refused: Arc<OnceLock<StartRefused>>,
+    /// The turn creates its thread (a failed start leaves nothing to remember of it).
+    creates_thread: bool,
     mode_change: Option<PermissionMode>,
     agent_change: Option<String>,
     agent_name: String,
@@ -222,6 +236,7 @@ impl Runtime {
             lease,
             cancel: claim.cancel,
             refused: Arc::default(),
+            creates_thread: claim.new_thread.is_some(),
             mode_change,
             agent_change,
             agent_name: setup.agent.name.clone(),
@@ -312,6 +327,10 @@ impl TurnTask {
     fn end_task(&self) {
         self.runtime.leases.release(&self.message_id);
         self.thread.end();
+        if self.creates_thread && self.refused.get().is_some() {
+            // The thread was not created: this replica must not remember it as the caller's.
+            self.runtime.hub.forget(&self.thread);
+        }
         self.runtime.metrics.active_turns.dec();
     }
 
@@ -467,16 +486,12 @@ impl TurnTask {
                 }
                 Err(e) => {
                     let why = if e.is_thread_busy() {
-                        (
-                            ErrorCode::TurnInProgress,
-                            super::start::busy_message(&thread.id),
-                        )
+                        StartRefused::Busy
+                    } else if e.is_thread_taken() {
+                        StartRefused::Taken
                     } else {
                         tracing::error!(error = %e, thread = %thread.id, "a turn's start was not saved");
-                        (
-                            ErrorCode::Internal,
-                            "the turn could not be started; see the server log".to_owned(),
-                        )
+                        StartRefused::Failed
                     };
                     let _ = refused.set(why);
                     thread.release_frames(None, 0);
@@ -524,9 +539,7 @@ impl TurnTask {
     /// error, the final chunk. A client that saw `done` finds the whole turn on reload;
     /// nothing is reported saved that was not.
     async fn finish(&self, mut outcome: TurnOutcome, record: &TurnRecord<'_>) {
-        if let Some((code, message)) = self.refused.get() {
-            self.publish_error(*code, message.clone());
-            self.publish_done();
+        if self.ended_refused().await {
             return;
         }
         self.count(&outcome);
@@ -537,6 +550,11 @@ impl TurnTask {
             return self.end_without_lease();
         }
         let saved = self.log.write_end(op).await;
+        // A turn quicker than its start's commit learns only now that the start failed (the
+        // end commits after the start, so its outcome is known by then).
+        if self.ended_refused().await {
+            return;
+        }
         match self
             .log
             .failure()
@@ -560,6 +578,34 @@ impl TurnTask {
             self.publish_error(code, message);
         }
         self.publish_done();
+    }
+
+    /// End a turn whose start was not saved with why, and `done`; false when it was saved
+    /// (or its outcome is not known yet).
+    async fn ended_refused(&self) -> bool {
+        let Some(why) = self.refused.get() else {
+            return false;
+        };
+        let refusal = self.start_refusal(*why).await;
+        self.publish_error(refusal.code, refusal.message);
+        self.publish_done();
+        true
+    }
+
+    /// What the client is told of a start that was not saved. A thread created meanwhile
+    /// through another replica is another user's (`forbidden`) or the same user's other turn.
+    async fn start_refusal(&self, why: StartRefused) -> Refusal {
+        match why {
+            StartRefused::Busy => Refusal::turn_in_progress(&self.thread.id),
+            StartRefused::Taken => match self.runtime.store.thread(&self.thread.id).await {
+                Ok(Some(row)) if row.owner != self.user_id => Refusal::forbidden_thread(),
+                _ => Refusal::turn_in_progress(&self.thread.id),
+            },
+            StartRefused::Failed => Refusal::new(
+                ErrorCode::Internal,
+                "the turn could not be started; see the server log",
+            ),
+        }
     }
 
     /// Tell the clients this replica lost the turn's lease and wrote nothing of its end.

@@ -255,8 +255,10 @@ pub async fn run(
         runtime.config.server.max_outbound_bytes,
     );
     let started = runtime.start_turn(&user.id, request, sink).await?;
+    let mut failure = None;
     while let Some(delivered) = frames.recv().await {
         match delivered.event {
+            Some(ServerEvent::Error { code, message, .. }) => failure = Some((code, message)),
             Some(ServerEvent::ToolApprovalRequest { tool_call_id, .. }) => {
                 let _ = runtime
                     .answer_approval(
@@ -276,7 +278,11 @@ pub async fn run(
         .workflow_run(&user.id, &run_id_of(&started.message_id))
         .await
         .map_err(ApiError::internal)?
-        .ok_or_else(|| ApiError::internal("the run was not recorded"))?;
+        .ok_or_else(|| match failure {
+            // The turn ended before its run was recorded: why, as the turn said it.
+            Some((code, message)) => ApiError::new(code, message),
+            None => ApiError::internal("the run was not recorded"),
+        })?;
     Ok(Json(run_json(run)))
 }
 
