@@ -783,9 +783,8 @@ async fn a_client_watching_a_thread_through_one_replica_sees_the_turns_another_s
     let db = Db::new(true).await;
     let nats = Nats::start().await;
     let store = Store::connect(&db.url).await.unwrap();
-    let write = json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]});
     let script = json!({"conversations": [{"match": "*", "steps": [
-        {"text": "one"}, {"text": "two", "delay_ms": 600}, write, {"text": "written", "repeat": true}]}]});
+        {"text": "one"}, {"text": "two", "delay_ms": 600}, {"text": "three", "delay_ms": 20_000}]}]});
     let grace = "detach_grace_ms = 300\n";
     let a = replica_with(&db, &nats, &script, "a", grace).await;
     let b = replica_with(&db, &nats, &script, "b", grace).await;
@@ -819,11 +818,11 @@ async fn a_client_watching_a_thread_through_one_replica_sees_the_turns_another_s
     assert!(completed(&watched), "{watched:?}");
     assert!(seqs(&watched).iter().all(|s| seqs(&second).contains(s)));
 
-    // A third turn, through A, waits for an approval; B's client follows it. A's client
-    // leaves: B's still watches, so the turn goes on past the grace period…
-    send(&mut on_a, chat("write", Some(&thread))).await;
-    until(&mut on_a, |f| f["type"] == "tool_approval_request").await;
-    until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
+    // A third, long turn, through A; B's client follows it. A's client leaves: B's still
+    // watches, so the turn goes on past the grace period…
+    send(&mut on_a, chat("long", Some(&thread))).await;
+    until(&mut on_a, |f| f["type"] == "turn_started").await;
+    until(&mut on_b, |f| f["type"] == "turn_started").await;
     drop(on_a);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(newest_status(&store, &thread).await, "running");

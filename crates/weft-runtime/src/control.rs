@@ -20,7 +20,8 @@ use crate::threads::{turn_seq_floor, ThreadRuntime};
 /// The most of a reason for a decision the model is shown.
 const MAX_REASON_BYTES: usize = 1_000;
 
-/// How long shutdown waits for turns it stopped to end.
+/// How long shutdown waits for turns it handed over to end and settle, and for their
+/// leases' release.
 const STOPPED_TURNS_WAIT: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for the bus to take what was published.
@@ -514,8 +515,10 @@ impl Runtime {
         }
     }
 
-    /// Wait for running turns; past `server.shutdown_timeout_ms`, stop them (they still
-    /// persist partial work) and wait for that.
+    /// Wait for running turns; past `server.shutdown_timeout_ms`, hand the rest over: each
+    /// stops where it is and writes nothing more, what it wrote lands, and its lease is
+    /// given up, so another replica's next sweep (or this process's next start) goes on with
+    /// it from its record, as after a crash but without waiting for the lease to expire.
     pub async fn drain_turns(&self) {
         self.turns.close();
         let timeout = Duration::from_millis(self.config.server.shutdown_timeout_ms);
@@ -523,22 +526,7 @@ impl Runtime {
             .await
             .is_err()
         {
-            let running = self.hub.active();
-            tracing::warn!(
-                count = running.len(),
-                "stopping turns still running at shutdown"
-            );
-            for thread in running {
-                thread.stop();
-            }
-            // A stopped turn ends at once unless its last write waits for a database that
-            // stopped answering: then it is left as a crash leaves it.
-            if tokio::time::timeout(STOPPED_TURNS_WAIT, self.turns.wait())
-                .await
-                .is_err()
-            {
-                tracing::warn!("stopped turns did not end in time");
-            }
+            self.hand_over_turns().await;
         }
         // Followers on other replicas get the last frames before this process goes.
         if let Some(bus) = &self.bus {
@@ -548,6 +536,41 @@ impl Runtime {
             {
                 tracing::warn!("the bus did not take the last frames in time");
             }
+        }
+    }
+
+    /// See [`Runtime::drain_turns`]. Every wait is bounded: a database that stopped
+    /// answering leaves the turns as a crash would (their leases then expire).
+    async fn hand_over_turns(&self) {
+        let logs: Vec<_> = self
+            .hub
+            .active()
+            .iter()
+            .filter_map(|thread| thread.active_log())
+            .collect();
+        let handed = self.leases.hand_over_all();
+        tracing::warn!(
+            count = handed.len(),
+            "handing over the turns still running at shutdown"
+        );
+        let landed = async {
+            self.turns.wait().await;
+            for log in &logs {
+                log.settled().await;
+            }
+        };
+        if tokio::time::timeout(STOPPED_TURNS_WAIT, landed)
+            .await
+            .is_err()
+        {
+            tracing::warn!("handed-over turns did not settle in time; their leases expire instead");
+            return;
+        }
+        let released = self.store.release_leases(self.leases.replica_id(), &handed);
+        match tokio::time::timeout(STOPPED_TURNS_WAIT, released).await {
+            Ok(Ok(count)) => tracing::info!(count, "handed over turns' leases released"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot release handed-over turns' leases"),
+            Err(_) => tracing::warn!("releasing handed-over turns' leases timed out"),
         }
     }
 }

@@ -107,6 +107,10 @@ pub struct TurnLease {
     cancel: CancellationToken,
     /// Set once the loss was noticed (and counted).
     lost: std::sync::atomic::AtomicBool,
+    /// Set when this replica, shutting down, hands the turn over: it writes nothing more,
+    /// tells its clients nothing, and another replica (or this process's next life) goes on
+    /// with it from its record.
+    handed_over: std::sync::atomic::AtomicBool,
     lost_count: prometheus_client::metrics::counter::Counter,
 }
 
@@ -116,6 +120,9 @@ impl TurnLease {
     /// database (SQLite), nobody can take it: held until the turn ends, however late a
     /// starved process gets round to anything.
     pub fn held(&self) -> bool {
+        if self.is_handed_over() {
+            return false;
+        }
         !self.fenced
             || (!self.lost.load(std::sync::atomic::Ordering::Relaxed)
                 && self
@@ -142,8 +149,22 @@ impl TurnLease {
         if self.held() {
             return true;
         }
-        self.lose();
+        if !self.is_handed_over() {
+            self.lose();
+        }
         false
+    }
+
+    /// Stop the turn where it is and write nothing more of it: it is left on record as a
+    /// crash leaves it, for another replica to take up.
+    pub fn hand_over(&self) {
+        self.handed_over
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.cancel.cancel();
+    }
+
+    pub fn is_handed_over(&self) -> bool {
+        self.handed_over.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The lease is gone: its time ran out by this replica's clock, or a write of the turn
@@ -243,6 +264,7 @@ impl Leases {
             fenced: self.fenced,
             cancel,
             lost: Default::default(),
+            handed_over: Default::default(),
             lost_count: self.metrics.leases_lost.clone(),
         });
         self.live
@@ -257,6 +279,15 @@ impl Leases {
         if self.live.lock().remove(message_id).is_some() {
             self.metrics.leases_held.dec();
         }
+    }
+
+    /// Hand every turn this replica runs over (see [`TurnLease::hand_over`]); their ids.
+    pub fn hand_over_all(&self) -> Vec<String> {
+        let live = self.live.lock();
+        for lease in live.values() {
+            lease.hand_over();
+        }
+        live.keys().cloned().collect()
     }
 
     fn lease_millis(&self) -> i64 {

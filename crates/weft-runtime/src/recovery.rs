@@ -31,6 +31,12 @@ pub trait Resumer: Send + Sync {
         message: &MessageRow,
         takeovers: u32,
     ) -> Result<bool, StoreError>;
+
+    /// Whether this replica is shutting down: it takes no turns up then (it hands its own
+    /// over, and others' would only be handed on again).
+    fn draining(&self) -> bool {
+        false
+    }
 }
 
 /// Every heartbeat: renew this replica's leases (stopping the turns whose lease is gone) on
@@ -56,6 +62,9 @@ pub fn spawn_heartbeat(leases: &Arc<Leases>, store: Store, resumer: Option<Weak<
             tick.tick().await;
             let Some(leases) = me.upgrade() else { return };
             let resumer = resumer.as_ref().and_then(Weak::upgrade);
+            if resumer.as_ref().is_some_and(|r| r.draining()) {
+                continue;
+            }
             let swept = recover_orphaned_turns(&store, &leases, Sweep::Heartbeat, resumer);
             if let Err(e) = swept.await {
                 tracing::warn!(error = %e, "cannot look for turns dead replicas left");

@@ -210,6 +210,7 @@ impl Runtime {
             .agent
             .validate_tools(|name| runtime.tool_availability(name))
             .map_err(|e| StartupError::Config(format!("[agent] {e}")))?;
+        runtime.warn_of_absent_mcp_tools(&runtime.agent);
         runtime.recover().await?;
         Ok(runtime)
     }
@@ -234,9 +235,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// An allowed MCP server that has not listed its tools yet.
-    pub(crate) fn mcp_unlisted(&self, server: &str) -> bool {
-        self.mcp.tools.is_unlisted(server)
+    /// One of the allowed MCP servers (connected or not).
+    pub(crate) fn mcp_allowed(&self, server: &str) -> bool {
+        self.mcp.tools.is_allowed(server)
     }
 
     /// The allowed MCP servers: name, connected now, tools offered.

@@ -19,19 +19,32 @@ impl Runtime {
             return ToolAvailability::PerTurn;
         }
         let contexts = [ChatContext::Thread, crate::runtime::editor_context()];
-        if contexts.iter().any(|c| self.toolbelt_for(c).contains(name)) || self.mcp_pending(name) {
+        if contexts.iter().any(|c| self.toolbelt_for(c).contains(name)) || self.mcp_may_offer(name)
+        {
             ToolAvailability::Configured
         } else {
             ToolAvailability::Unknown
         }
     }
 
-    /// A tool of an allowed MCP server that has not listed its tools yet: it cannot be
-    /// checked until the server connects (and cannot run before then either).
-    fn mcp_pending(&self, name: &str) -> bool {
+    /// A tool an allowed MCP server may offer: servers connect late, and rename or drop
+    /// their tools while running, so such a name is left out while it is absent (a
+    /// `hitl_tools` entry asks nothing then) rather than refusing every turn.
+    fn mcp_may_offer(&self, name: &str) -> bool {
         name.strip_prefix(MCP_PREFIX)
             .and_then(|rest| rest.split_once("__"))
-            .is_some_and(|(server, _)| self.mcp_unlisted(server))
+            .is_some_and(|(server, _)| self.mcp_allowed(server))
+    }
+
+    /// Warn of each tool `agent` names that an allowed MCP server does not offer now.
+    pub(crate) fn warn_of_absent_mcp_tools(&self, agent: &AgentConfig) {
+        let named = agent.tools.iter().flatten().chain(&agent.hitl_tools);
+        for name in named.filter(|name| name.starts_with(MCP_PREFIX)) {
+            let contexts = [ChatContext::Thread, crate::runtime::editor_context()];
+            if !contexts.iter().any(|c| self.toolbelt_for(c).contains(name)) {
+                tracing::warn!(agent = %agent.name, tool = %name, "an MCP tool the agent names is not offered now; left out until its server offers it");
+            }
+        }
     }
 
     /// An agent's tool names checked against this server as it is now (a stored agent may

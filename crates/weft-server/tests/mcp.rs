@@ -263,6 +263,62 @@ async fn a_changed_tool_list_reaches_the_next_turns() {
 }
 
 #[tokio::test]
+async fn a_tool_an_allowed_server_does_not_offer_is_left_out_not_fatal() {
+    // `[agent]` names the fixture's `bonus`, which it does not offer (as when a server
+    // renamed or dropped a tool): the server starts, and the default agent's turns run.
+    let server = TestServer::start_with(script(), |c| {
+        c.mcp.servers = vec![server_config("fixture", None, 10_000)];
+        c.policy.allowed_mcp_servers = vec!["fixture".into()];
+        c.agent.hitl_tools = vec!["mcp__fixture__bonus".into()];
+    })
+    .await;
+    let belt = || {
+        server
+            .state
+            .runtime
+            .toolbelt_for(&weft_protocol::ChatContext::Thread)
+    };
+    for _ in 0..100 {
+        if belt().contains("mcp__fixture__echo") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(belt().contains("mcp__fixture__echo") && !belt().contains("mcp__fixture__bonus"));
+    let mut c = server.client().await;
+    c.chat(None, "echo please", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    assert!(of_type(&frames, "error").is_empty(), "{frames:?}");
+    assert_eq!(server.last_tool_result(), "echo: hi");
+    let (status, _) = server
+        .call(
+            reqwest::Method::POST,
+            "/prompt",
+            None,
+            Some(json!({"input": "hello"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // Once offered, the tool asks first, even in Auto.
+    c.chat(None, "reveal please", json!({"permission_mode": "auto"}))
+        .await;
+    c.turn().await;
+    for _ in 0..100 {
+        if belt().contains("mcp__fixture__bonus") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    c.chat(None, "bonus please", json!({"permission_mode": "auto"}))
+        .await;
+    let asked = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    assert_eq!(asked.last().unwrap()["name"], "mcp__fixture__bonus");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn plan_mode_refuses_mcp_tools_and_progress_can_be_off() {
     let server = start(10_000).await;
     let mut c = server.client().await;

@@ -12,7 +12,7 @@ use sqlx::AnyConnection;
 use sqlx::Connection;
 
 use crate::rows::MessageRow;
-use crate::statements::{kept, numbered};
+use crate::statements::{kept, numbered, LIST_MAX};
 use crate::{Backend, Result, Store};
 
 /// Renews an owner's leases. On PostgreSQL it passes over a lease whose row is locked for
@@ -180,6 +180,24 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         Ok(owner)
+    }
+
+    /// Give up `owner`'s leases of `message_ids` (turns it handed over at shutdown): their
+    /// turns are orphaned at once, for the next sweep of any replica to take up.
+    pub async fn release_leases(&self, owner: &str, message_ids: &[String]) -> Result<u64> {
+        let mut released = 0;
+        for chunk in message_ids.chunks(LIST_MAX) {
+            let text = format!(
+                "DELETE FROM turn_leases WHERE owner = $1 AND message_id IN ({})",
+                numbered(2, chunk.len())
+            );
+            let mut query = sqlx::query(&text).bind(owner);
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            released += query.execute(&self.pool).await?.rows_affected();
+        }
+        Ok(released)
     }
 
     /// The turns `owner` holds leases on (expired or not).

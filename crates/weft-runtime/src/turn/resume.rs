@@ -25,6 +25,10 @@ const RESUMABLE_MODES: [&str; 2] = ["classic", weft_codemode::CODE];
 
 #[async_trait::async_trait]
 impl Resumer for Runtime {
+    fn draining(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
     async fn resume(
         self: Arc<Self>,
         message: &MessageRow,

@@ -608,8 +608,12 @@ impl TurnTask {
         }
     }
 
-    /// Tell the clients this replica lost the turn's lease and wrote nothing of its end.
+    /// Tell the clients this replica lost the turn's lease and wrote nothing of its end;
+    /// nothing when it handed the turn over (its clients follow it to another replica).
     fn end_without_lease(&self) {
+        if self.lease.is_handed_over() {
+            return;
+        }
         self.publish_error(ErrorCode::Internal, LEASE_LOST.to_owned());
         self.publish_done();
     }

@@ -117,15 +117,9 @@ impl McpTools {
             .collect()
     }
 
-    /// An allowed server whose tools are not known yet (it has not connected so far).
-    pub fn is_unlisted(&self, server: &str) -> bool {
+    /// Whether `server` is one of the allowed servers (connected or not).
+    pub fn is_allowed(&self, server: &str) -> bool {
         self.expected.read().iter().any(|name| name == server)
-            && !self
-                .offers
-                .read()
-                .servers
-                .iter()
-                .any(|o| o.server.name == server)
     }
 
     /// Changes whenever a server's tools do.
