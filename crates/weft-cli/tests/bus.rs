@@ -2,7 +2,8 @@
 //! of one replica follows, answers, re-moded, stops and deletes a turn another replica runs;
 //! a thread deleted while the replica running its turn is frozen (`SIGSTOP`) stays deleted
 //! when that replica wakes; a message to a thread busy elsewhere is refused as on one
-//! replica; a follower whose owner dies gets the stored answer once the turn is closed; a
+//! replica; a follower whose owner dies gets the stored answer once the turn is closed, and
+//! an approval answered before another replica takes the turn up is applied there; a
 //! replica told to stop (`SIGTERM`) closes its sockets with 1012 and `weft chat` resumes
 //! through another replica; with three replicas, one runs a turn, one follows it and the
 //! third answers its approval; the prompt API reads, follows and answers a prompt another
@@ -589,7 +590,7 @@ async fn weft_chat_goes_on_when_its_replica_is_killed_and_another_takes_the_turn
 }
 
 #[tokio::test]
-async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does_and_commands_to_it_wait(
+async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does_and_an_answer_meanwhile_waits_for_it(
 ) {
     let db = Db::new(true).await;
     let nats = Nats::start().await;
@@ -623,36 +624,44 @@ async fn a_dead_replicas_turn_nobody_has_taken_up_yet_is_followed_until_one_does
     }
 
     let mut on_b = b.connect().await;
-    // An answer now is refused ("try again"), as while A's lease held.
-    let answer =
-        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"});
-    refused_try_again(&mut on_b, answer).await;
-    // So is a stop (the turn is not silently left to go on).
+    // A stop now is refused ("try again": the turn is not silently left to go on).
     refused_try_again(
         &mut on_b,
         json!({"command": "stop", "data": {"thread_id": thread}}),
     )
     .await;
-    send(
-        &mut on_b,
-        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
-    )
-    .await;
-    // Not answered as if the turn had ended: followed until B takes it up and asks again.
-    let frames = until(&mut on_b, |f| f["type"] == "tool_approval_request").await;
-    assert!(!frames.iter().any(is_done), "{frames:?}");
-    assert!(
-        frames.iter().any(|f| f["type"] == "turn_resumed"),
-        "{frames:?}"
-    );
+    // An answer now is kept for the replica that takes the turn up: no error.
     send(
         &mut on_b,
         json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
     )
     .await;
+    send(&mut on_b, json!({"type": "ping"})).await;
+    let answered = until(&mut on_b, |f| f["type"] == "pong" || f["type"] == "error").await;
+    assert_eq!(answered.last().unwrap()["type"], "pong", "{answered:?}");
+    send(
+        &mut on_b,
+        json!({"command": "resume_chat", "data": {"thread_id": thread, "last_seq": 0}}),
+    )
+    .await;
+    // Not answered as if the turn had ended: followed until B takes it up, where the kept
+    // answer applies (nobody is asked twice) and the turn ends.
     let frames = until(&mut on_b, is_done).await;
+    assert!(
+        frames.iter().any(|f| f["type"] == "turn_resumed"),
+        "{frames:?}"
+    );
+    let resolved: Vec<_> = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_approval_resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1, "{frames:?}");
+    assert_eq!(resolved[0]["decision"], "allow");
     assert!(completed(&frames), "{frames:?}");
     assert_eq!(newest_status(&store, &thread).await, "completed");
+    let approvals = store.approvals(&thread).await.unwrap();
+    assert_eq!(approvals.len(), 1);
+    assert_eq!(approvals[0].status, "approved");
     shut_down(vec![b], nats, Some(store), db).await;
 }
 

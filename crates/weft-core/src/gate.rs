@@ -47,6 +47,8 @@ struct GateInner {
     mode: Mutex<PermissionMode>,
     allowed_for_chat: Mutex<HashSet<String>>,
     pending: Mutex<HashMap<String, Pending>>,
+    /// Answers that came before their approval was asked (in this life of the turn).
+    early: Mutex<HashMap<String, Answer>>,
 }
 
 struct Pending {
@@ -131,7 +133,8 @@ impl PermissionGate {
         )
     }
 
-    /// Register a pending approval; the receiver resolves when the user answers.
+    /// Register a pending approval; the receiver resolves when the user answers (at once,
+    /// when they answered before it was asked: see [`PermissionGate::answer_early`]).
     pub fn request(
         &self,
         tool_call_id: &str,
@@ -139,6 +142,13 @@ impl PermissionGate {
         hitl: bool,
     ) -> oneshot::Receiver<Answer> {
         let (tx, rx) = oneshot::channel();
+        if let Some(answer) = self.inner.early.lock().remove(tool_call_id) {
+            if answer.decision == ApprovalDecision::AllowForChat {
+                self.allow_for_chat(tool_name);
+            }
+            let _ = tx.send(answer);
+            return rx;
+        }
         self.inner.pending.lock().insert(
             tool_call_id.to_owned(),
             Pending {
@@ -171,6 +181,22 @@ impl PermissionGate {
         }
         let _ = pending.reply.send(Answer { decision, reason });
         true
+    }
+
+    /// Answer an approval now if it is pending, else when it is asked: a turn taken up
+    /// after its replica died asks again, and the person may have answered in between.
+    pub fn answer_early(
+        &self,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    ) {
+        if !self.answer(tool_call_id, decision, reason.clone()) {
+            self.inner
+                .early
+                .lock()
+                .insert(tool_call_id.to_owned(), Answer { decision, reason });
+        }
     }
 
     /// Forget a pending approval (it timed out or its turn ended).

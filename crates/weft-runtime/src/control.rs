@@ -218,12 +218,58 @@ impl Runtime {
                     .await
             }
             // Its turn's replica died and no replica runs the turn yet (or this one is
-            // taking it up): asked again, same id, once one does.
+            // taking it up): the answer waits on record for the one that does.
             (None, Some(thread_id)) if self.awaits_takeover(&thread_id).await? => {
-                Err(Refusal::new(ErrorCode::Internal, crate::bus::UNANSWERED))
+                self.queue_answer(&thread_id, tool_call_id, decision, reason)
+                    .await
             }
             (None, _) => self.answer_approval_here(user, tool_call_id, decision, reason),
         }
+    }
+
+    /// Keep an answer to a pending approval whose turn no replica runs now: the replica
+    /// that takes the turn up applies it when it asks again (see `turn/resume.rs`). A tool
+    /// allowed for the chat is kept with the thread at once.
+    async fn queue_answer(
+        &self,
+        thread_id: &str,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    ) -> Result<(), Refusal> {
+        let reason = reason.map(|r| weft_protocol::clip(&r, MAX_REASON_BYTES));
+        let answer = serde_json::json!({"decision": decision, "reason": reason}).to_string();
+        let tool = self
+            .store
+            .queue_approval_answer(thread_id, tool_call_id, &answer)
+            .await
+            .map_err(Refusal::internal)?
+            .ok_or_else(|| {
+                Refusal::invalid(format!("no approval `{}` is pending", echo(tool_call_id)))
+            })?;
+        if decision == ApprovalDecision::AllowForChat {
+            let Some(row) = self
+                .store
+                .thread(thread_id)
+                .await
+                .map_err(Refusal::internal)?
+            else {
+                return Ok(());
+            };
+            let mut tools = row.allowed_tools;
+            if !tools.contains(&tool) {
+                tools.push(tool);
+            }
+            self.store
+                .write(WriteOp::SetAllowedTools {
+                    id: thread_id.to_owned(),
+                    tools,
+                })
+                .await
+                .map_err(Refusal::internal)?;
+        }
+        tracing::info!(thread = %thread_id, approval = %tool_call_id, "an approval answered while no replica runs its turn waits for the takeover");
+        Ok(())
     }
 
     /// Whether the thread's turn is stored as running while no turn of it runs here.

@@ -61,4 +61,37 @@ impl Store {
         .await?;
         Ok(ids)
     }
+
+    /// Keep `answer` for a pending approval whose turn no replica runs now, for the one that
+    /// takes the turn up; the approval's tool, or `None` when it is not pending.
+    pub async fn queue_approval_answer(
+        &self,
+        thread_id: &str,
+        id: &str,
+        answer: &str,
+    ) -> Result<Option<String>> {
+        let tool: Option<String> = sqlx::query_scalar(
+            "UPDATE approvals SET queued_answer = $1 \
+             WHERE thread_id = $2 AND id = $3 AND status = 'pending' RETURNING tool",
+        )
+        .bind(answer)
+        .bind(thread_id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(tool)
+    }
+
+    /// The answers kept for a thread's pending approvals (see
+    /// [`Store::queue_approval_answer`]): (approval id, answer).
+    pub async fn queued_approval_answers(&self, thread_id: &str) -> Result<Vec<(String, String)>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, queued_answer FROM approvals \
+             WHERE thread_id = $1 AND status = 'pending' AND queued_answer IS NOT NULL",
+        )
+        .bind(thread_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
 }

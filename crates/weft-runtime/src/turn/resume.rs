@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use weft_core::{ChatMessage, TokenCounter};
-use weft_protocol::{MessageContent, PermissionMode};
+use weft_protocol::{ApprovalDecision, MessageContent, PermissionMode};
 use weft_store::{MessageRow, StoreError, ThreadRow};
 
 use super::request::{Route, TurnRequest};
@@ -19,6 +19,13 @@ use crate::record::history::provider_history;
 use crate::record::resume_point::{resume_point, ResumePoint};
 use crate::recovery::Resumer;
 use crate::runtime::Runtime;
+
+/// An approval's answer kept while no replica ran its turn.
+#[derive(serde::Deserialize)]
+struct QueuedAnswer {
+    decision: ApprovalDecision,
+    reason: Option<String>,
+}
 
 /// The execution modes whose turns go on after a restart.
 const RESUMABLE_MODES: [&str; 2] = ["classic", weft_codemode::CODE];
@@ -96,6 +103,15 @@ impl Resumer for Runtime {
         let runtime = self.hub.from_row(&thread);
         runtime.refresh(&thread);
         runtime.gate.set_mode(permission_mode);
+        // Approvals answered while no replica ran the turn: applied when asked again.
+        for (id, answer) in store.queued_approval_answers(&thread.id).await? {
+            match serde_json::from_str::<QueuedAnswer>(&answer) {
+                Ok(queued) => runtime
+                    .gate
+                    .answer_early(&id, queued.decision, queued.reason),
+                Err(e) => tracing::warn!(approval = %id, error = %e, "an unreadable queued answer"),
+            }
+        }
         let cancel = CancellationToken::new();
         if !runtime.try_begin(cancel.clone(), &message.id) {
             return Ok(false);
