@@ -849,6 +849,58 @@ async fn a_client_watching_a_thread_through_one_replica_sees_the_turns_another_s
 }
 
 #[tokio::test]
+async fn a_follower_on_another_replica_gets_every_frame_of_a_turn_whose_answer_is_over_a_mib() {
+    let db = Db::new(true).await;
+    let nats = Nats::start().await;
+    // The second answer is cut at the 1 MiB output cap: its `message` frame is larger than
+    // NATS takes in one message.
+    let big = "x".repeat(1_200_000);
+    // A pause first: the follower on B follows before any of it is sent, so it gets it live.
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": "one"}, {"delay_ms": 1_500, "text": big}]}]});
+    // Long leases and heartbeats: a frame that never came would be made up from the store
+    // only after seconds, with other frames than the owner sent.
+    let config = |id: &str| {
+        format!(
+            "{NO_USER_LIMITS}[cluster]\nreplica_id = \"{id}\"\nnats_url = \"{}\"\nlease_ms = 20000\nheartbeat_ms = 5000\n",
+            nats.url
+        )
+    };
+    let a = Server::start_with(&db, &script, &config("a")).await;
+    let b = Server::start_with(&db, &script, &config("b")).await;
+    let mut on_b = b.connect().await;
+    send(&mut on_b, chat("hi", None)).await;
+    let first = until(&mut on_b, is_done).await;
+    let thread = first[0]["thread_id"].as_str().unwrap().to_owned();
+
+    let mut on_a = a.connect().await;
+    send(&mut on_a, chat("again", Some(&thread))).await;
+    let owner_saw = until(&mut on_a, is_done).await;
+    let follower_saw = until(&mut on_b, is_done).await;
+    let shape = |frames: &[Value]| -> Vec<(String, u64)> {
+        frames
+            .iter()
+            .map(|f| {
+                (
+                    f["type"].as_str().unwrap().to_owned(),
+                    f["seq"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(shape(&follower_saw), shape(&owner_saw));
+    let message = |frames: &[Value]| {
+        frames
+            .iter()
+            .find(|f| f["type"] == "message")
+            .map(|f| f["message"]["content"].as_str().unwrap().len())
+    };
+    assert!(message(&follower_saw).unwrap() > 1_000_000);
+    assert_eq!(message(&follower_saw), message(&owner_saw));
+    shut_down(vec![a, b], nats, None, db).await;
+}
+
+#[tokio::test]
 async fn two_replicas_never_run_two_turns_of_a_thread_at_once() {
     let db = Db::new(true).await;
     let nats = Nats::start().await;

@@ -300,7 +300,13 @@ impl Bus {
             .subscribe(inbox.clone())
             .await
             .map_err(Refusal::internal)?;
-        Ok((inbox, BusFrames { frames }))
+        Ok((
+            inbox,
+            BusFrames {
+                frames,
+                parts: Vec::new(),
+            },
+        ))
     }
 
     /// The subscriber here that sends to the follower behind `inbox`, while it does.
@@ -320,7 +326,7 @@ impl Bus {
             while let Some(frame) = rx.recv().await {
                 taken.fetch_sub(frame.len(), Ordering::Relaxed);
                 bus.metrics.bus_published.inc();
-                if let Err(e) = bus.client.publish(inbox.clone(), frame).await {
+                if let Err(e) = bus.publish_frame(&inbox, frame).await {
                     tracing::warn!(error = %e, "cannot publish a followed turn's frame");
                     break;
                 }
@@ -337,6 +343,51 @@ impl Bus {
     }
 }
 
+impl Bus {
+    /// Publish one frame to `inbox`: in one message, or, when it is larger than the server
+    /// takes in one (`max_payload`, 1 MiB by default: a long answer's final `message`), in
+    /// parts marked `Weft-Part: i/n`, which the follower puts back together.
+    async fn publish_frame(&self, inbox: &str, frame: Bytes) -> Result<(), String> {
+        let largest = self
+            .client
+            .server_info()
+            .max_payload
+            .saturating_sub(PART_HEADER_ROOM)
+            .max(MIN_PART);
+        if frame.len() <= largest {
+            return self
+                .client
+                .publish(inbox.to_owned(), frame)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let parts = frame.len().div_ceil(largest);
+        for part in 0..parts {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(PART_HEADER, format!("{}/{parts}", part + 1).as_str());
+            let end = ((part + 1) * largest).min(frame.len());
+            let body = frame.slice(part * largest..end);
+            self.client
+                .publish_with_headers(inbox.to_owned(), headers, body)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Marks one part of a frame split across bus messages: `i/n`.
+const PART_HEADER: &str = "Weft-Part";
+
+/// Room left in a message for the protocol's headers when a frame is split.
+const PART_HEADER_ROOM: usize = 1024;
+
+/// The smallest part a frame is split into (a server configured absurdly low).
+const MIN_PART: usize = 4096;
+
+/// The most of one frame a follower puts back together: past it, the parts are dropped.
+const MAX_JOINED: usize = 64 << 20;
+
 /// What a caller is told when the replica running a turn did not answer.
 pub(crate) const UNANSWERED: &str =
     "the replica running this thread's turn did not answer; try again";
@@ -349,6 +400,8 @@ fn unavailable(message: String) -> Refusal {
 /// A followed turn's frames as they arrive from its owner.
 pub struct BusFrames {
     frames: async_nats::Subscriber,
+    /// The parts of a split frame so far.
+    parts: Vec<u8>,
 }
 
 /// One frame from the owner: encoded as it was there, and whether it ends the turn.
@@ -360,19 +413,49 @@ pub struct FollowedFrame {
 impl BusFrames {
     /// The next frame, `None` when none came within `wait` (or the bus closed).
     pub async fn next(&mut self, wait: Duration) -> Option<FollowedFrame> {
-        let message = tokio::time::timeout(wait, self.frames.next())
-            .await
-            .ok()??;
-        let head: FrameHead = serde_json::from_slice(&message.payload).unwrap_or_default();
+        let payload = loop {
+            let message = tokio::time::timeout(wait, self.frames.next())
+                .await
+                .ok()??;
+            let part = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(PART_HEADER))
+                .and_then(|v| parse_part(v.as_str()));
+            match part {
+                None => break message.payload,
+                Some((index, count)) => {
+                    if index == 1 {
+                        self.parts.clear();
+                    }
+                    if self.parts.len() + message.payload.len() > MAX_JOINED {
+                        self.parts = Vec::new();
+                        continue;
+                    }
+                    self.parts.extend_from_slice(&message.payload);
+                    if index == count {
+                        break Bytes::from(std::mem::take(&mut self.parts));
+                    }
+                }
+            }
+        };
+        let head: FrameHead = serde_json::from_slice(&payload).unwrap_or_default();
         Some(FollowedFrame {
             ends_turn: head.ends_turn(),
-            frame: SharedFrame::from_json(head.seq, message.payload),
+            frame: SharedFrame::from_json(head.seq, payload),
         })
     }
 
     pub async fn close(mut self) {
         let _ = self.frames.unsubscribe().await;
     }
+}
+
+/// `i/n` of a split frame's part.
+fn parse_part(text: &str) -> Option<(usize, usize)> {
+    let (index, count) = text.split_once('/')?;
+    let (index, count) = (index.parse().ok()?, count.parse().ok()?);
+    (index >= 1 && index <= count).then_some((index, count))
 }
 
 /// What a follower reads of each frame: its `seq`, and whether it ends the turn.
@@ -410,6 +493,10 @@ impl FrameSink for BusSink {
 
     fn is_gone(&self) -> bool {
         self.ended.load(Ordering::Relaxed) || self.tx.is_closed()
+    }
+
+    fn is_remote(&self) -> bool {
+        true
     }
 
     fn send(&self, out: Outgoing<'_>) -> bool {

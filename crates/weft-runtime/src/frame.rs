@@ -119,6 +119,10 @@ pub trait FrameSink: Send + Sync {
     fn is_gone(&self) -> bool {
         false
     }
+    /// Whether this watcher is a follower on another replica (a relay over the bus).
+    fn is_remote(&self) -> bool {
+        false
+    }
 }
 
 /// A frame as a [`ChannelSink`] delivers it.

@@ -271,6 +271,10 @@ impl Relay {
         let mut client_left = false;
         loop {
             match frames.next(quiet).await {
+                // What the client saw already: a turn's earlier owner, fenced off after
+                // another replica took the turn over, sends nothing more, but its frames
+                // may still be on their way.
+                Some(followed) if followed.frame.seq.is_some_and(|seq| seq <= seen) => {}
                 Some(followed) => {
                     seen = followed.frame.seq.unwrap_or(seen).max(seen);
                     self.thread.seen_elsewhere(seen);

@@ -240,6 +240,15 @@ impl ThreadRuntime {
         self.state.lock().turns_begun
     }
 
+    /// Stop sending to followers on other replicas: this replica lost the turn, and the
+    /// replica that took it over sends them the rest.
+    pub fn drop_remote_followers(&self) {
+        self.state
+            .lock()
+            .subscribers
+            .retain(|_, sink| !sink.is_remote());
+    }
+
     /// The subscribers now.
     pub fn subscribers(&self) -> Vec<Arc<dyn FrameSink>> {
         self.state.lock().subscribers.values().cloned().collect()

@@ -614,6 +614,7 @@ impl TurnTask {
         if self.lease.is_handed_over() {
             return;
         }
+        self.thread.drop_remote_followers();
         self.publish_error(ErrorCode::Internal, LEASE_LOST.to_owned());
         self.publish_done();
     }
