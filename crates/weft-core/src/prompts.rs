@@ -283,3 +283,19 @@ call read_artifact with this id and an offset to read the rest]"
 /// Heads the facts long-term memory recalled for a turn (then one `- fact` per line).
 pub const REMEMBERED: &str =
     "What you remember about this user from earlier conversations (use it when relevant):";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_prompt_tells_a_delegating_model_that_siblings_cannot_see_each_other() {
+        let delegating = root_system_prompt(&["run_subtask"], PermissionMode::Default, true);
+        assert!(
+            delegating.contains("Siblings spawned together cannot read each other's results"),
+            "{delegating}"
+        );
+        let alone = root_system_prompt(&["read_file"], PermissionMode::Default, false);
+        assert!(!alone.contains("Siblings"), "{alone}");
+    }
+}

@@ -89,6 +89,9 @@ pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (Write
     if let Some((code, message)) = end_error(&outcome.end, record.provider) {
         metadata["error"] = json!({"code": code, "message": message});
     }
+    if let TurnEnd::BudgetExceeded(trip) = &outcome.end {
+        metadata["budget"] = json!({"reason": trip.reason, "limit": trip.limit});
+    }
     // Text alone, or (with generated media) the text then the media as parts; the outcome
     // gives its text up rather than keep a copy while the end commits.
     let text = std::mem::take(&mut outcome.text);

@@ -1,7 +1,8 @@
 //! Media over a real socket: `generate_image` against a mock Images API (asking first in
 //! Default mode, retried after a 500), speech from a mock speech API and from the real
 //! `espeak-ng`, route 2 answering with `image_url` / `audio_url` parts kept in the thread,
-//! assets served with ranges, and every bad media request with its clear error.
+//! assets served with ranges, the prompt API's `file` outputs, and every bad media request
+//! with its clear error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -272,6 +273,35 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
+}
+
+#[tokio::test]
+async fn generated_media_are_the_prompt_apis_file_outputs() {
+    let api = images_api().await;
+    let server = media_server(&api, true).await;
+    let (status, prompt) = server
+        .call(
+            reqwest::Method::POST,
+            "/prompt",
+            None,
+            Some(json!({"input": "draw a loom", "permission_mode": "auto"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{prompt}");
+    assert_eq!(prompt["state"], "completed", "{prompt}");
+    let files: Vec<&Value> = prompt["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["type"] == "file")
+        .collect();
+    assert_eq!(files.len(), 1, "{prompt}");
+    assert_eq!(files[0]["kind"], "image");
+    let url = files[0]["url"].as_str().unwrap();
+    assert!(url.starts_with("/assets/"), "{url}");
+    let (status, _, bytes, _) = asset(&server, url, None).await;
+    assert_eq!((status, bytes.as_slice()), (200, PNG));
+    server.stop().await;
 }
 
 #[tokio::test]

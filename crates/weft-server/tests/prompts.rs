@@ -107,6 +107,41 @@ async fn a_prompt_runs_to_its_answer_and_is_a_turn_of_its_conversation() {
 }
 
 #[tokio::test]
+async fn a_code_prompt_that_uses_every_round_completes_with_a_system_text() {
+    // Code that never calls done(): two rounds (the agent's max_steps), then the limit.
+    let server = TestServer::start_with(
+        json!({"conversations": [{"match": "*", "steps": [
+            {"text": "```js\noutput('working ');\n```", "repeat": true}]}]}),
+        |c| c.agent.max_steps = Some(2),
+    )
+    .await;
+    let (status, done) = server
+        .call(
+            Method::POST,
+            "/prompt",
+            None,
+            Some(json!({"input": "loop", "mode": "code"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["status"], "budget_exceeded");
+    let output = done["output"].as_array().unwrap();
+    let functions: Vec<&str> = output
+        .iter()
+        .filter_map(|o| o["function"].as_str())
+        .collect();
+    assert_eq!(functions, ["code.execute", "code.execute"]);
+    let last = output.last().unwrap();
+    assert_eq!(last["type"], "system", "{done}");
+    assert!(
+        last["content"].as_str().unwrap().contains("2 rounds"),
+        "{last}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_code_prompt_waits_for_approval_then_approve_and_reject_resume_it() {
     let server = server().await;
     for (decision, saved) in [("approve", true), ("reject", false)] {
@@ -175,6 +210,9 @@ async fn a_code_prompt_waits_for_approval_then_approve_and_reject_resume_it() {
         } else {
             assert!(text.starts_with("refused: denied"), "{text}");
             assert_eq!(output[1]["result"]["type"], "error");
+            // The rejection's reason reached the model with the call's result.
+            let error = output[1]["result"]["error"].as_str().unwrap();
+            assert!(error.contains("Their reason: not today"), "{error}");
         }
 
         let stream = events.await.unwrap();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
-use weft_protocol::{MessageContent, RecordEntry};
+use weft_protocol::{ContentPart, MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
 use weft_runtime::persist::rfc3339;
@@ -60,6 +60,18 @@ pub enum PromptOutput {
     Text {
         content: String,
     },
+    /// A file the turn made (a generated image or speech): where to fetch it.
+    File {
+        /// `/assets/{id}`, read with the same key.
+        url: String,
+        /// `image` or `audio`.
+        kind: String,
+    },
+    /// What the server says about how the prompt ended (a code prompt that used all its
+    /// rounds).
+    System {
+        content: String,
+    },
 }
 
 /// A tool call's result.
@@ -98,8 +110,13 @@ pub fn prompt_json(
         .and_then(|m| serde_json::from_str(m).ok())
         .unwrap_or(Value::Null);
     let mode = metadata["mode"].as_str().unwrap_or("classic");
+    // Code mode that used every round completes with a word from the server (seed 003).
+    let out_of_rounds = mode == weft_codemode::CODE
+        && message.status == "budget_exceeded"
+        && metadata["budget"]["reason"] == "iterations";
     let state = match message.status.as_str() {
         "completed" => PromptState::Completed,
+        _ if out_of_rounds => PromptState::Completed,
         "running" if waiting => PromptState::WaitingForApproval,
         "running" => PromptState::Running,
         _ => PromptState::Failed,
@@ -118,6 +135,15 @@ pub fn prompt_json(
     if !text.is_empty() {
         output.push(PromptOutput::Text { content: text });
     }
+    output.extend(files_of(&message.content));
+    if out_of_rounds {
+        let rounds = metadata["budget"]["limit"].as_f64().unwrap_or_default();
+        output.push(PromptOutput::System {
+            content: format!(
+                "Stopped after {rounds} rounds, code mode's limit; the work so far is above."
+            ),
+        });
+    }
     Prompt {
         id: message.id.clone(),
         conversation_id: message.thread_id.clone(),
@@ -135,9 +161,11 @@ pub fn prompt_json(
     }
 }
 
-/// Every tool call of the turn, every depth, in record order, each with its result.
+/// Every tool call of the turn, every depth, in record order, each with its result; then the
+/// files they made.
 fn tools(items: &[ItemRow]) -> Vec<PromptOutput> {
     let mut out: Vec<PromptOutput> = Vec::new();
+    let mut files = Vec::new();
     let mut at: HashMap<String, usize> = HashMap::new();
     for entry in items.iter().flat_map(entries) {
         match entry {
@@ -163,6 +191,9 @@ fn tools(items: &[ItemRow]) -> Vec<PromptOutput> {
                 if let Some(PromptOutput::Tool { result: slot, .. }) =
                     at.get(&tool_call_id).and_then(|&i| out.get_mut(i))
                 {
+                    if !is_error {
+                        files.extend(generated_file(&result));
+                    }
                     *slot = if is_error {
                         CallOutcome::Error { error: result }
                     } else {
@@ -173,7 +204,44 @@ fn tools(items: &[ItemRow]) -> Vec<PromptOutput> {
             _ => {}
         }
     }
+    out.extend(files);
     out
+}
+
+/// The file a media tool made (`generate_image`, `text_to_speech` answer
+/// `{"asset_id","url","mime_type"}`), if `result` is one.
+fn generated_file(result: &str) -> Option<PromptOutput> {
+    let made: Value = serde_json::from_str(result).ok()?;
+    made.get("asset_id")?;
+    let url = made["url"].as_str().filter(|u| u.starts_with("/assets/"))?;
+    let media_type = made["mime_type"].as_str()?;
+    Some(PromptOutput::File {
+        url: url.to_owned(),
+        kind: media_type.split('/').next().unwrap_or("file").to_owned(),
+    })
+}
+
+/// The generated files among a message's parts.
+fn files_of(content: &Value) -> Vec<PromptOutput> {
+    let Ok(MessageContent::Parts(parts)) =
+        serde_json::from_value::<MessageContent>(content.clone())
+    else {
+        return Vec::new();
+    };
+    parts
+        .into_iter()
+        .filter_map(|part| match part {
+            ContentPart::ImageUrl { image_url } => Some(PromptOutput::File {
+                url: image_url,
+                kind: "image".to_owned(),
+            }),
+            ContentPart::AudioUrl { audio_url } => Some(PromptOutput::File {
+                url: audio_url,
+                kind: "audio".to_owned(),
+            }),
+            ContentPart::Text { .. } => None,
+        })
+        .collect()
 }
 
 fn text_of(content: &Value) -> String {
