@@ -99,6 +99,12 @@ export type ServerFrame1 =
       type: "chunk";
     }
   | {
+      content: string;
+      depth?: number;
+      parent_id?: string | null;
+      type: "reasoning";
+    }
+  | {
       args?: unknown;
       depth?: number;
       is_error?: boolean | null;

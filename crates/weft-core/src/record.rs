@@ -52,6 +52,9 @@ pub struct ModelCallRecord {
 pub trait Recorder: Send + Sync {
     /// Text streamed so far by the response being received at `place`.
     fn text(&self, _place: Place<'_>, _delta: &str) {}
+    /// The response about to be recorded at `place` (by [`Recorder::assistant`]) came after
+    /// this reasoning.
+    fn reasoning(&self, _place: Place<'_>, _reasoning: &str) {}
     /// A response is complete: its text and tool calls (before any call runs). Both are
     /// lent: a recorder writes them out rather than keeping copies.
     fn assistant(&self, place: Place<'_>, text: &str, calls: &[Call]);

@@ -195,6 +195,9 @@ async fn drive(
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()));
         let calls = identify(sampled.tool_calls, taken);
         if !level.quiet {
+            if !sampled.reasoning.is_empty() {
+                turn.recorder.reasoning(level.place(), &sampled.reasoning);
+            }
             turn.recorder
                 .assistant(level.place(), &sampled.text, &calls);
         }

@@ -19,6 +19,8 @@ use crate::turn::Turn;
 
 pub(crate) struct Sampled {
     pub text: String,
+    /// The model's reasoning before its answer (kept up to [`MAX_REASONING_BYTES`]).
+    pub reasoning: String,
     pub tool_calls: Vec<ToolCallRequest>,
     pub usage: Usage,
 }
@@ -79,6 +81,7 @@ pub(crate) async fn sample(
     };
 
     let mut text = String::new();
+    let mut reasoning = String::new();
     let mut tool_calls = Vec::new();
     let mut held = None;
     // When the next text chunk may go out (none yet: the first goes at once).
@@ -121,13 +124,17 @@ pub(crate) async fn sample(
                 tool_calls.push(call_request)
             }
             Some(Ok(ProviderEvent::Usage(usage))) => call.usage.add(usage),
-            Some(Ok(ProviderEvent::ReasoningDelta(_) | ProviderEvent::Finish(_))) => {}
+            Some(Ok(ProviderEvent::ReasoningDelta(delta))) => {
+                stream_reasoning(turn, level, delta, &mut reasoning)
+            }
+            Some(Ok(ProviderEvent::Finish(_))) => {}
         }
     }
     call.close(None, ());
     telemetry::model_call_output(&call.span, &text);
     Ok(Sampled {
         text,
+        reasoning,
         tool_calls,
         usage: call.usage,
     })
@@ -177,6 +184,24 @@ fn stream_text(
         });
     }
     capped
+}
+
+/// The most of one response's reasoning the record keeps (all of it streams).
+pub const MAX_REASONING_BYTES: usize = 256 << 10;
+
+/// Streams reasoning out as its own frames (a quiet level does not) and keeps what fits.
+fn stream_reasoning(turn: &Turn, level: &Level, delta: String, reasoning: &mut String) {
+    if level.quiet || delta.is_empty() {
+        return;
+    }
+    if reasoning.len() + delta.len() <= MAX_REASONING_BYTES {
+        reasoning.push_str(&delta);
+    }
+    turn.events.emit(ServerEvent::Reasoning {
+        content: delta,
+        parent_id: level.parent_id.clone(),
+        depth: level.depth,
+    });
 }
 
 /// Text that has already arrived behind a text delta joins it, up to [`CHUNK_MAX_BYTES`] bytes:

@@ -140,6 +140,15 @@ pub enum ServerEvent {
         #[serde(default)]
         depth: u32,
     },
+    /// The model's reasoning ("thinking") as it streams, apart from its answer; a client
+    /// may show it or ignore it.
+    Reasoning {
+        content: String,
+        #[serde(default)]
+        parent_id: Option<String>,
+        #[serde(default)]
+        depth: u32,
+    },
     ToolCallUpdate {
         tool_call_id: String,
         name: String,

@@ -36,6 +36,10 @@ pub enum RecordEntry {
         /// The response was still streaming when this was saved (a crash keeps it as is).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         partial: bool,
+        /// The model's reasoning before this response, when it showed any (never sent back
+        /// to a model).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
     },
     ToolResult {
         /// The wire id of the call this answers.

@@ -54,6 +54,9 @@ pub struct Step {
     pub chunks: Option<Arc<[String]>>,
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
+    /// Reasoning ("thinking") streamed before the text.
+    #[serde(default)]
+    pub reasoning: Option<String>,
     #[serde(default)]
     pub usage: Option<ScriptUsage>,
     /// Wait this long before answering.
@@ -312,7 +315,14 @@ impl Provider for ScriptedProvider {
                 events.push(Ok(ProviderEvent::Finish(finish)));
             }
         }
-        let events = text.map(|c| Ok(ProviderEvent::TextDelta(c))).chain(events);
+        let reasoning = step
+            .reasoning
+            .clone()
+            .map(|r| Ok(ProviderEvent::ReasoningDelta(r)));
+        let events = reasoning
+            .into_iter()
+            .chain(text.map(|c| Ok(ProviderEvent::TextDelta(c))))
+            .chain(events);
         match delay {
             None => Ok(stream::iter(events).boxed()),
             // Paced as a model is: chunk i is due `i × delay` after the first, however fast

@@ -62,6 +62,7 @@ fn assistant(text: &str, calls: &[&str]) -> RecordEntry {
             })
             .collect(),
         partial: false,
+        reasoning: None,
     }
 }
 

@@ -70,6 +70,42 @@ async fn a_trivial_answer_streams_and_is_persisted() {
 }
 
 #[tokio::test]
+async fn reasoning_streams_as_its_own_frames_and_is_kept_but_never_sent_back() {
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"reasoning": "They want a file read first.", "tool_calls": [
+            {"name": "memory_list", "arguments": {}}]},
+        {"text": "Done.", "repeat": true}]}]}))
+    .await;
+    let mut c = server.client().await;
+    c.chat(None, "think first", json!({})).await;
+    let frames = c.turn().await;
+    let reasoning = of_type(&frames, "reasoning");
+    assert_eq!(reasoning.len(), 1, "{frames:?}");
+    assert_eq!(reasoning[0]["content"], "They want a file read first.");
+    assert_eq!(reasoning[0]["depth"], 0);
+    // Apart from the answer, ahead of the call it led to.
+    assert_eq!(text_of(&frames), "Done.");
+    let kinds = kinds(&frames);
+    let at = |kind: &str| kinds.iter().position(|k| k.starts_with(kind)).unwrap();
+    assert!(at("reasoning") < at("start memory_list"), "{kinds:?}");
+
+    let thread = thread_of(&frames);
+    let (_, items) = server.get(&format!("/threads/{thread}/items"), None).await;
+    let kept: Vec<&serde_json::Value> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "assistant" && i.get("reasoning").is_some())
+        .collect();
+    assert_eq!(kept.len(), 1, "{items}");
+    assert_eq!(kept[0]["reasoning"], "They want a file read first.");
+    // The second model call's history holds the first response without its reasoning.
+    let sent = format!("{:?}", server.provider.requests().last().unwrap().messages);
+    assert!(!sent.contains("They want a file read first."), "{sent}");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn parallel_subtasks_nest_and_the_tree_reloads_over_rest() {
     let server = TestServer::start(json!({"conversations": [
         {"match": "compare", "steps": [

@@ -9,7 +9,7 @@
 //! someone waits for goes ahead of the writer's queue (the progress of other turns), and the
 //! write in flight before it is moved ahead too. A write that fails stops the turn.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,8 @@ struct LogState {
     /// Calls whose results went on record ahead of their round's (their round leaves them
     /// out).
     kept_early: HashSet<String>,
+    /// Each level's reasoning (by the call it runs under), until its response is recorded.
+    reasoning: HashMap<Option<String>, String>,
 }
 
 struct Draft {
@@ -261,6 +263,7 @@ impl TurnLog {
                     text: draft.text.clone(),
                     tool_calls: Vec::new(),
                     partial: true,
+                    reasoning: None,
                 };
                 Some(entry_row(self.place(draft.position, None, 0), &entry))
             }
@@ -325,9 +328,21 @@ impl Recorder for TurnLog {
 
     /// Called before any of the response's calls runs: a turn whose lease is gone stops
     /// here, so its calls do not run.
+    fn reasoning(&self, place: Place<'_>, reasoning: &str) {
+        self.state
+            .lock()
+            .reasoning
+            .insert(place.parent_id.map(str::to_owned), reasoning.to_owned());
+    }
+
     fn assistant(&self, place: Place<'_>, text: &str, calls: &[Call]) {
         self.lease.check();
         let mut state = self.state.lock();
+        let reasoning = if state.reasoning.is_empty() {
+            None
+        } else {
+            state.reasoning.remove(&place.parent_id.map(str::to_owned))
+        };
         let position = match state.draft.take().filter(|_| place.depth == 0) {
             Some(draft) => draft.position,
             None => {
@@ -339,6 +354,7 @@ impl Recorder for TurnLog {
             self.place(position, place.parent_id, place.depth),
             text,
             calls,
+            reasoning.as_deref(),
         );
         state.items.push(row);
     }

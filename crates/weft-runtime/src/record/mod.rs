@@ -107,10 +107,16 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
 }
 
 /// An item holding a complete response: its text and its calls (an `Assistant` entry).
-pub fn response_row(place: ItemPlace<'_>, text: &str, calls: &[Call]) -> ItemRow {
+pub fn response_row(
+    place: ItemPlace<'_>,
+    text: &str,
+    calls: &[Call],
+    reasoning: Option<&str>,
+) -> ItemRow {
     let stored = StoredResponse {
         text,
         tool_calls: calls,
+        reasoning,
     };
     place.written_with(ItemKind::Assistant, |json| {
         stored.write(json);

@@ -440,6 +440,7 @@ fn emptied_draft(draft: &ItemRow) -> ItemRow {
         text: String::new(),
         tool_calls: Vec::new(),
         partial: true,
+        reasoning: None,
     };
     entry_row(place, &empty)
 }
@@ -479,6 +480,7 @@ mod tests {
                 })
                 .collect(),
             partial,
+            reasoning: None,
         }
     }
 
@@ -654,6 +656,7 @@ mod tests {
                 arguments: r#"{"key":"plan","value":"three steps"}"#.into(),
             }],
             partial: false,
+            reasoning: None,
         };
         let items = vec![
             entry_row(place(0, None, 0), &write),

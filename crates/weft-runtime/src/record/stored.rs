@@ -140,10 +140,12 @@ impl<'a> StoredResult<'a> {
 pub(super) struct StoredResponse<'a> {
     pub text: &'a str,
     pub tool_calls: &'a [Call],
+    pub reasoning: Option<&'a str>,
 }
 
 impl StoredResponse<'_> {
-    /// `{"kind":"assistant","text":…,"tool_calls":[…]}`, each call as `RecordedCall`.
+    /// `{"kind":"assistant","text":…,"tool_calls":[…],"reasoning"?:…}`, each call as
+    /// `RecordedCall`.
     pub(super) fn write(&self, json: &mut JsonWriter<'_>) {
         json.raw("{\"kind\":\"assistant\",\"text\":");
         json.string(self.text);
@@ -159,7 +161,12 @@ impl StoredResponse<'_> {
             json.string(&call.request.arguments);
             json.raw("}");
         }
-        json.raw("]}");
+        json.raw("]");
+        if let Some(reasoning) = self.reasoning {
+            json.raw(",\"reasoning\":");
+            json.string(reasoning);
+        }
+        json.raw("}");
     }
 }
 
@@ -361,7 +368,11 @@ mod tests {
     #[test]
     fn a_response_is_stored_as_its_entry() {
         let calls = calls();
-        for (text, calls) in [("a \"b\"\n\u{2028}", &calls[..]), ("", &[][..])] {
+        let cases = [
+            ("a \"b\"\n\u{2028}", &calls[..], None),
+            ("", &[][..], Some("first \"this\", then\nthat")),
+        ];
+        for (text, calls, reasoning) in cases {
             let entry = RecordEntry::Assistant {
                 id: None,
                 text: text.to_owned(),
@@ -375,10 +386,12 @@ mod tests {
                     })
                     .collect(),
                 partial: false,
+                reasoning: reasoning.map(str::to_owned),
             };
             let stored = StoredResponse {
                 text,
                 tool_calls: calls,
+                reasoning,
             };
             assert_eq!(
                 text_of(|json| {

@@ -63,12 +63,14 @@ fn without_id(entry: RecordEntry) -> RecordEntry {
             text,
             tool_calls,
             partial,
+            reasoning,
             ..
         } => RecordEntry::Assistant {
             id: None,
             text,
             tool_calls,
             partial,
+            reasoning,
         },
         other => other,
     }
