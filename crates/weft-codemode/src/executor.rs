@@ -186,14 +186,14 @@ async fn execute(
             request = requests.recv(), if finished.is_none() => match request {
                 Some(request) => serve(request, &mut calls, &mut shown),
                 // The run's thread is done: its report was sent first, unless it died.
-                None => finished = Some((&mut report).await.unwrap_or_else(|_| lost())),
+                None => finished = Some((&mut report).await.unwrap_or_else(|_| lost_run())),
             },
             reported = &mut report, if finished.is_none() => {
                 // What the run sent before it reported is already queued.
                 while let Ok(request) = requests.try_recv() {
                     serve(request, &mut calls, &mut shown);
                 }
-                finished = Some(reported.unwrap_or_else(|_| lost()));
+                finished = Some(reported.unwrap_or_else(|_| lost_run()));
             }
             Some((id, outcome)) = calls.next(), if !calls.is_empty() => {
                 let _ = answers.send(FromHost::ToolDone {
@@ -209,22 +209,14 @@ async fn execute(
             }
         }
     }
-    let (report, kept) = finished.unwrap_or_else(lost);
+    let (report, kept) = finished.unwrap_or_else(lost_run);
     *store = kept;
     (report, shown)
 }
 
-/// A run that never reported (its thread died).
-fn lost() -> (Report, HashMap<String, String>) {
-    (
-        Report {
-            outcome: Err("the sandbox stopped without a result".to_owned()),
-            done: None,
-            logs: Vec::new(),
-            cpu: std::time::Duration::ZERO,
-        },
-        HashMap::new(),
-    )
+/// A run that never reported (its thread died), with nothing stored.
+fn lost_run() -> (Report, HashMap<String, String>) {
+    (crate::run_result::lost(), HashMap::new())
 }
 
 /// A `done()` value for the user: strings as they are, anything else as JSON.

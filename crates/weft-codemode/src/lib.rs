@@ -5,6 +5,7 @@
 pub mod catalogue;
 mod executor;
 pub mod history;
+pub mod interpreter;
 pub mod prompt;
 mod run_result;
 pub mod sandbox;
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 use weft_core::{prompts, ExecutionMode, Toolbelt, TurnOutcome, TurnSpec};
 use weft_protocol::{AgentConfig, PermissionMode};
 
+pub use interpreter::{InterpreterRun, INTERPRETER_RUN};
 pub use prompt::{code_result_message, CODE_EXECUTE};
 pub use run_result::{ended_in, said_in};
 pub use sandbox::Limits;
@@ -33,11 +35,13 @@ impl CodeMode {
     }
 }
 
-/// The tools code may call: the session's, without delegation.
+/// The tools code may call: the session's, without delegation (nor `interpreter_run`: the
+/// code runs in that sandbox already).
 pub fn code_tools(tools: &Toolbelt) -> Toolbelt {
     tools
         .without(prompts::RUN_SUBTASK)
         .without(prompts::RUN_PARALLEL_SUBAGENTS)
+        .without(INTERPRETER_RUN)
 }
 
 #[async_trait]

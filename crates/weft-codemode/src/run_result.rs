@@ -10,6 +10,16 @@ const SHOWN: &str = "shown to the user:\n";
 const LOGS: &str = "\nlogs:\n";
 const DONE: &str = "done() was called: the turn ends here";
 
+/// A run that never reported (its thread died).
+pub(crate) fn lost() -> Report {
+    Report {
+        outcome: Err("the sandbox stopped without a result".to_owned()),
+        done: None,
+        logs: Vec::new(),
+        cpu: std::time::Duration::ZERO,
+    }
+}
+
 /// What the model reads back about a run.
 pub(crate) fn result_text(report: &Report, shown: &str) -> (String, bool) {
     let mut parts = Vec::new();

@@ -372,7 +372,7 @@ fn knowledge(config: &Config, store: &Store) -> Result<Knowledge, StartupError> 
     })
 }
 
-/// Every tool: the built-ins, the web tools, MCP servers' tools, media, the browser,
+/// Every tool: the built-ins, `interpreter_run`, the web tools, MCP servers' tools, media, the browser,
 /// collections, `read_artifact`, and (with workflows on) the workflow tools over a registry
 /// in which every other non-agentic tool is a node.
 async fn tools(
@@ -383,6 +383,7 @@ async fn tools(
     knowledge: &Arc<Knowledge>,
 ) -> Result<Tools, StartupError> {
     let mut all = weft_tools::builtin_tools();
+    all.push(Arc::new(weft_codemode::InterpreterRun::new(config.code)));
     let web = config.web.settings(config.policy.allow_private_network);
     all.extend(weft_tools::web::web_tools(&web).map_err(StartupError::Config)?);
     let sink: Arc<dyn AssetSink> = assets.clone();

@@ -1,5 +1,6 @@
 //! Code mode over the real socket: JavaScript from the scripted model runs in the sandbox and
-//! its tool calls go through the thread's gate, nested under the run, recorded and replayed.
+//! its tool calls go through the thread's gate, nested under the run, recorded and replayed;
+//! classic mode's `interpreter_run` runs a snippet in the same sandbox, gated as `execute`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -276,5 +277,63 @@ async fn modes_are_listed_with_their_rounds_and_code_stops_after_ten() {
         (budget[0]["reason"].as_str(), budget[0]["limit"].as_u64()),
         (Some("iterations"), Some(10))
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn classic_mode_runs_a_snippet_with_interpreter_run_gated_as_execute() {
+    let run = |code: &str| json!({"tool_calls": [{"name": "interpreter_run", "arguments": {"code": code}}]});
+    let server = TestServer::start_with(json!({"conversations": [
+        {"match": "sum", "steps": [
+            run("output('adding'); log('n=3'); return [1, 2, 3].reduce((a, b) => a + b, 0);"),
+            {"text": "six", "repeat": true}]},
+        {"match": "spin", "steps": [run("while (true) {}"), {"text": "stopped", "repeat": true}]},
+        {"match": "reach", "steps": [
+            run("return await tools.read_file({path: 'x'});"), {"text": "no", "repeat": true}]}
+    ]}), |c| c.code.max_ms_per_run = 1_000)
+    .await;
+    let mut c = server.client().await;
+    let end = |frames: &[Value]| {
+        of_type(frames, "tool_call_update")
+            .into_iter()
+            .find(|f| f["status"] == "end" && f["name"] == "interpreter_run")
+            .cloned()
+            .unwrap()
+    };
+
+    // Plan refuses it: it is not a read.
+    c.chat(None, "sum in plan", json!({"permission_mode": "plan"}))
+        .await;
+    let frames = c.turn().await;
+    assert_eq!(end(&frames)["metadata"]["status"], "rejected", "{frames:?}");
+
+    // Default asks first; allowed, it runs and answers with what the code returned, showed
+    // and logged.
+    c.chat(None, "sum it", json!({})).await;
+    let asked = c.recv_until(|f| f["type"] == "tool_approval_request").await;
+    let request = asked.last().unwrap();
+    assert_eq!(request["category"], "execute");
+    c.send(json!({"type": "tool_approval_response", "tool_call_id": request["tool_call_id"], "decision": "allow"}))
+        .await;
+    let frames = c.turn().await;
+    let result = end(&frames)["result"].as_str().unwrap().to_owned();
+    assert!(result.starts_with("ok; returned 6"), "{result}");
+    assert!(
+        result.contains("adding") && result.contains("n=3"),
+        "{result}"
+    );
+
+    // The code mode's CPU limit holds, and no tool is reachable from inside.
+    c.chat(None, "spin", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let spun = end(&frames);
+    assert_eq!(spun["is_error"], true);
+    assert!(spun["result"].as_str().unwrap().contains("error"), "{spun}");
+    c.chat(None, "reach", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let reached = end(&frames);
+    assert_eq!(reached["is_error"], true, "{reached}");
     server.stop().await;
 }
