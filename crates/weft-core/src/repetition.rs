@@ -1,5 +1,10 @@
 //! Repetition guard: the same tool with identical arguments too many times in a row.
 
+use serde_json::Value;
+
+use crate::message::ToolCallRequest;
+use crate::validate::{compact, parse_arguments};
+
 /// Tracks consecutive identical calls within one loop level. The last call's name and
 /// arguments (as compact JSON) are kept in buffers reused call after call.
 #[derive(Debug)]
@@ -34,6 +39,19 @@ impl RepetitionGuard {
         }
         self.count >= self.max_identical
     }
+
+    /// Count the calls a resumed level had made in the rounds its first life completed, so
+    /// it goes on counting as that life would have (the cut round's calls are counted as
+    /// they run again, not here as well).
+    pub fn replay<'a>(&mut self, calls: impl Iterator<Item = &'a ToolCallRequest>) {
+        for call in calls {
+            let shown = match parse_arguments(&call.arguments) {
+                Ok(map) => Value::Object(map),
+                Err(_) => Value::String(call.arguments.to_string()),
+            };
+            self.is_runaway(&call.name, &compact(&shown));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -51,5 +69,19 @@ mod tests {
         assert!(!g.is_runaway("b", r#"{"x":2}"#));
         assert!(!g.is_runaway("b", r#"{"x":2}"#));
         assert!(g.is_runaway("b", r#"{"x":2}"#));
+    }
+
+    #[test]
+    fn a_resumed_level_counts_on_from_the_calls_its_first_life_made() {
+        let read = |args: &str| ToolCallRequest {
+            id: "r".into(),
+            name: "read_file".into(),
+            arguments: args.into(),
+        };
+        // Two identical reads on record (spacing the model's own): the third is the limit.
+        let mut g = RepetitionGuard::new(3);
+        let done = [read(r#"{"path": "a"}"#), read(r#"{"path":"a"}"#)];
+        g.replay(done.iter());
+        assert!(g.is_runaway("read_file", r#"{"path":"a"}"#));
     }
 }

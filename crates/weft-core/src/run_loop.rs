@@ -13,7 +13,7 @@ use crate::budget::BudgetTrip;
 use crate::compact::{self, Unfit};
 use crate::dispatch::{dispatch, maybe_ran, runs_again, CallResult, Effect};
 use crate::level::Level;
-use crate::message::ChatMessage;
+use crate::message::{ChatMessage, Role, ToolCallRequest};
 use crate::pace;
 use crate::prompts;
 use crate::record::{identify, job_parent, Call};
@@ -54,6 +54,9 @@ pub(crate) fn run_level(
         let mut history = Arc::new(history);
         let mut all_text = start.text;
         let mut guard = RepetitionGuard::new(turn.config.max_identical_calls);
+        if start.resumed {
+            guard.replay(completed_calls(&history, !start.cut.is_empty()));
+        }
         let end = match start.ended {
             Some(end) => end,
             // A cut round is settled on the heap (a resumed turn's, once): its future would
@@ -81,9 +84,28 @@ pub(crate) fn run_level(
 /// had streamed, its cut round, or the end it had reached.
 #[derive(Default)]
 struct StartingPoint {
+    /// The level goes on from a former life's record.
+    resumed: bool,
     text: String,
     cut: Vec<CutCall>,
     ended: Option<LevelEnd>,
+}
+
+/// The calls of a resumed level's completed rounds, in order: those of its responses after
+/// its last user message, its cut round's response (the last one, when `cut`) left out.
+fn completed_calls(history: &[ChatMessage], cut: bool) -> impl Iterator<Item = &ToolCallRequest> {
+    let start = history
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .map_or(0, |i| i + 1);
+    let mut responses: Vec<&ChatMessage> = history[start..]
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .collect();
+    if cut {
+        responses.pop();
+    }
+    responses.into_iter().flat_map(|m| m.tool_calls.iter())
 }
 
 /// The level's starting point; a cut subtask's rounds join its `history` (a resumed root's
@@ -93,6 +115,7 @@ fn starting_point(turn: &Turn, level: &Level, history: &mut Vec<ChatMessage>) ->
         return turn
             .take_resume()
             .map(|r| StartingPoint {
+                resumed: true,
                 text: r.text,
                 cut: r.cut,
                 ended: None,
@@ -105,6 +128,7 @@ fn starting_point(turn: &Turn, level: &Level, history: &mut Vec<ChatMessage>) ->
     };
     history.extend(child.tail);
     StartingPoint {
+        resumed: true,
         text: child.text,
         cut: child.cut,
         ended: child.ended.map(|ended| match ended {

@@ -114,6 +114,57 @@ async fn a_cut_round_runs_reads_again_and_never_reruns_a_call_that_may_have_acte
 }
 
 #[tokio::test]
+async fn a_resumed_turn_counts_identical_calls_on_from_its_first_life_once() {
+    // At most 3 identical calls in a row. The first life completed one `look` round and was
+    // cut in its second (a read: it runs again, the second in a row); the model then asks a
+    // third time: refused, as it would have been without the crash, and not before.
+    let look = TestTool::new("look");
+    let looked = look.probe();
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "look", "arguments": {"n": "a"}}]},
+        {"tool_calls": [{"name": "look", "arguments": {"n": "a"}}]},
+        {"tool_calls": [{"name": "look", "arguments": {"n": "a"}}]},
+        {"chunks": ["final"]}]}]});
+    let mut h = Harness::new(script).tool(look);
+    h.config.max_identical_calls = 3;
+    let first = call("a", "look");
+    let second = Call {
+        wire_id: "a2~w".to_owned(),
+        request: ToolCallRequest {
+            id: "a2".to_owned(),
+            ..first.request.clone()
+        },
+    };
+    let mut h = cut_after(h, &[(second.clone(), None)], Spent::default());
+    h.extra_history = vec![
+        ChatMessage::assistant("", vec![first.request.clone()]),
+        ChatMessage::tool_result("a", "looked", false),
+        ChatMessage::assistant("before ", vec![second.request.clone()]),
+    ];
+    let (outcome, events) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    assert_eq!(
+        looked.count(),
+        1,
+        "the cut read ran again; the third did not run"
+    );
+    assert!(!result_of(&events, "a2").1, "the second in a row runs");
+    let refused: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::ToolCallUpdate {
+                result: Some(result),
+                is_error: Some(true),
+                ..
+            } => Some(result.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].contains("identical"), "{refused:?}");
+}
+
+#[tokio::test]
 async fn a_resumed_turn_cannot_escape_its_budget() {
     // Cut after 3 of its 5 tool calls: the resumed turn runs at most 2 more.
     let script = json!({"conversations": [{"match": "*", "steps": [

@@ -594,6 +594,15 @@ impl Runtime {
             .iter()
             .filter_map(|thread| thread.active_log())
             .collect();
+        // What they have shown so far goes on record first (streaming text included), so
+        // the replica that takes a turn up goes on from there.
+        let shown = futures::future::join_all(logs.iter().map(|log| log.settled()));
+        if tokio::time::timeout(STOPPED_TURNS_WAIT, shown)
+            .await
+            .is_err()
+        {
+            tracing::warn!("running turns' records did not settle in time");
+        }
         let handed = self.leases.hand_over_all();
         tracing::warn!(
             count = handed.len(),

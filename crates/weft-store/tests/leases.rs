@@ -201,19 +201,23 @@ async fn leases(store: &Store) {
 
 /// A thread runs one turn at a time, whichever replica starts it: a second running turn is
 /// refused as "busy" (alone: the batch's other ops still commit), and once the first ends
-/// the next may start.
+/// the next may start, after it; a start whose place another turn took meanwhile (it read
+/// the thread before that turn started) is refused as "busy" too.
 async fn one_running_turn(store: &Store) {
     store
         .create_thread("lt", "alice", "default", "t")
         .await
         .unwrap();
-    let begin = |id: &str| WriteOp::BeginTurn {
+    let begin = |id: &str, position: i64| WriteOp::BeginTurn {
         thread: None,
-        messages: vec![message(id, "running")],
+        messages: vec![NewMessage {
+            position,
+            ..message(id, "running")
+        }],
     };
-    store.write(begin("r1")).await.unwrap();
+    store.write(begin("r1", 1)).await.unwrap();
     let (second, other) = tokio::join!(
-        store.write(begin("r2")),
+        store.write(begin("r2", 2)),
         store.write(WriteOp::Items(vec![item("r1", 0)]))
     );
     let refused = second.expect_err("a second running turn in the thread");
@@ -226,12 +230,21 @@ async fn one_running_turn(store: &Store) {
         })
         .await
         .unwrap();
-    store.write(begin("r2")).await.unwrap();
+    // A start that read the thread before r1 began: its place is taken.
+    let late = store
+        .write(begin("r0", 1))
+        .await
+        .expect_err("r1 took its place");
+    assert!(late.is_thread_busy(), "{late}");
+    store.write(begin("r2", 2)).await.unwrap();
     // Any other failure is not "busy".
     let twice = store
         .write(WriteOp::BeginTurn {
             thread: None,
-            messages: vec![message("r1", "completed")],
+            messages: vec![NewMessage {
+                position: 10,
+                ..message("r1", "completed")
+            }],
         })
         .await
         .expect_err("the same id again");
@@ -245,7 +258,7 @@ async fn one_running_turn(store: &Store) {
                 thread_id: "lt".into(),
                 position: 0,
             },
-            begin(id),
+            begin(id, 3),
         ])
     };
     let refused = store.write(replacing("r3")).await.expect_err("r2 runs");
