@@ -510,3 +510,39 @@ async fn a_turn_cut_inside_parallel_jobs_goes_on_inside_each_on_sqlite() {
 async fn a_turn_cut_inside_parallel_jobs_goes_on_inside_each_on_postgres() {
     cut_in_parallel_jobs(true).await;
 }
+
+#[tokio::test]
+async fn a_resumed_turn_keeps_what_it_was_started_with() {
+    // Long-term memory on for this message: `recall` is a tool of its turn. Cut after the
+    // first round; the second round, in the turn's next life, recalls.
+    let db = Db::new(false).await;
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"chunks": ["looking. "], "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "m.md", "content": "x"}}]},
+        {"delay_ms": 300, "tool_calls": [{"name": "recall", "arguments": {"query": "loom"}}]},
+        {"text": "recalled", "repeat": true}]}]});
+    let server = start(&db, &script).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "chat_message", "data": {"content": "remember?",
+        "permission_mode": "auto", "memory_enabled": true}}),
+    )
+    .await;
+    let (thread, last_seq) = kill_after_writing(server, &mut ws, "m.md").await;
+
+    let server = start(&db, &script).await;
+    let (_ws, frames) = resume_to_end(&server, &thread, last_seq).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{frames:?}");
+    let recall = frames
+        .iter()
+        .find(|f| f["type"] == "tool_call_update" && f["status"] == "end" && f["name"] == "recall")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(
+        recall["is_error"], false,
+        "memory was off in its next life: {recall}"
+    );
+    server.stop().await;
+    db.drop_database().await;
+}

@@ -78,6 +78,42 @@ pub fn running_message(record: &TurnRecord<'_>) -> NewMessage {
     }
 }
 
+/// What a turn was started with beyond its thread, agent, mode and model, for a life that
+/// takes it up after a crash: the chat context (the editor's open workflow), long-term
+/// memory, the client's `ui_*` tools. `None` when it was all the defaults.
+pub fn started_with(
+    context: &weft_protocol::ChatContext,
+    memory: bool,
+    client_tools: &[weft_protocol::ClientTool],
+) -> Option<serde_json::Value> {
+    let mut with = serde_json::Map::new();
+    if *context != weft_protocol::ChatContext::Thread {
+        with.insert("chat_context".into(), json!(context));
+    }
+    if memory {
+        with.insert("memory_enabled".into(), json!(true));
+    }
+    if !client_tools.is_empty() {
+        with.insert("client_tools".into(), json!(client_tools));
+    }
+    (!with.is_empty()).then_some(serde_json::Value::Object(with))
+}
+
+/// The running message with what its turn was started with (see [`started_with`]) in its
+/// metadata, as `started_with`.
+pub fn running_message_with(
+    record: &TurnRecord<'_>,
+    with: Option<&serde_json::Value>,
+) -> NewMessage {
+    let mut message = running_message(record);
+    if let Some(with) = with {
+        let mut metadata = run_metadata(record);
+        metadata["started_with"] = with.clone();
+        message.metadata = Some(metadata.to_string());
+    }
+    message
+}
+
 /// The write that ends a turn, and the final message as clients see it (with the tree,
 /// taken from the outcome; the row keeps none).
 pub fn finish_turn(record: &TurnRecord<'_>, outcome: &mut TurnOutcome) -> (WriteOp, StoredMessage) {

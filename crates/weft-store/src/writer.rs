@@ -1421,6 +1421,11 @@ impl From<WriteError> for StoreError {
 }
 
 impl StoreError {
+    /// What a start that finds its thread changed by another turn meanwhile fails with.
+    pub fn thread_busy() -> StoreError {
+        StoreError::Write(THREAD_BUSY.to_owned())
+    }
+
     /// See [`WriteError::is_thread_busy`].
     pub fn is_thread_busy(&self) -> bool {
         matches!(self, StoreError::Write(m) if m == THREAD_BUSY)

@@ -8,17 +8,37 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use weft_core::{ChatMessage, TokenCounter};
-use weft_protocol::{ApprovalDecision, MessageContent, PermissionMode};
+use weft_protocol::{ApprovalDecision, ClientTool, MessageContent, PermissionMode};
 use weft_store::{MessageRow, StoreError, ThreadRow};
 
 use super::request::{Route, TurnRequest};
 use super::resolve::Setup;
 use super::start::Claim;
 use super::task::{Launch, Resumed};
+use crate::client_tools::ClientToolset;
 use crate::record::history::provider_history;
 use crate::record::resume_point::{resume_point, ResumePoint};
 use crate::recovery::Resumer;
 use crate::runtime::Runtime;
+
+/// What the turn was started with beyond the defaults, as its running message keeps it
+/// (`persist::started_with`): the chat context, long-term memory, the client's `ui_*` tools
+/// (answered by any of the user's connections that has the call).
+fn started_with(request: &mut TurnRequest, with: &serde_json::Value) {
+    if let Ok(context) = serde_json::from_value(with["chat_context"].clone()) {
+        request.context = context;
+    }
+    request.memory = with["memory_enabled"] == true;
+    let tools: Vec<ClientTool> =
+        serde_json::from_value(with["client_tools"].clone()).unwrap_or_default();
+    if !tools.is_empty() {
+        let toolset = ClientToolset::default();
+        match toolset.set(tools) {
+            Ok(()) => request.client_tools = Some(Arc::new(toolset)),
+            Err(e) => tracing::warn!(error = %e, "a taken-up turn's client tools are left out"),
+        }
+    }
+}
 
 /// An approval's answer kept while no replica ran its turn.
 #[derive(serde::Deserialize)]
@@ -87,6 +107,7 @@ impl Resumer for Runtime {
         // On the provider and model it ran on (a message's own choice included).
         request.provider = metadata["provider"].as_str().map(str::to_owned);
         request.model = metadata["model"].as_str().map(str::to_owned);
+        started_with(&mut request, &metadata["started_with"]);
         let user = thread.owner.clone();
         let setup = match self.setup(&user, &request, Some(&thread)).await {
             Ok(setup) => setup,

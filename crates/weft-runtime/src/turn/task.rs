@@ -25,7 +25,7 @@ use crate::error::Refusal;
 use crate::leases::TurnLease;
 use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
-use crate::persist::{end_error, end_status, finish_turn, running_message, TurnRecord};
+use crate::persist::{end_error, end_status, finish_turn, running_message_with, TurnRecord};
 use crate::record::history::provider_history;
 use crate::record::resume_point::ResumePoint;
 use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
@@ -128,6 +128,8 @@ struct TurnTask {
     refused: Arc<OnceLock<StartRefused>>,
     /// The turn creates its thread (a failed start leaves nothing to remember of it).
     creates_thread: bool,
+    /// What it was started with beyond the defaults, kept with its running message.
+    started_with: Option<serde_json::Value>,
     mode_change: Option<PermissionMode>,
     agent_change: Option<String>,
     agent_name: String,
@@ -156,6 +158,13 @@ impl Runtime {
             resumed,
         } = launch;
         let thread = claim.runtime;
+        let client_tools = request
+            .client_tools
+            .as_ref()
+            .map(|tools| tools.current())
+            .unwrap_or_default();
+        let started_with =
+            crate::persist::started_with(&request.context, request.memory, &client_tools);
         let (lease, lease_row) = match &resumed {
             Some(_) => (
                 self.leases.adopt(&claim.message_id, claim.cancel.clone()),
@@ -237,6 +246,7 @@ impl Runtime {
             cancel: claim.cancel,
             refused: Arc::default(),
             creates_thread: claim.new_thread.is_some(),
+            started_with,
             mode_change,
             agent_change,
             agent_name: setup.agent.name.clone(),
@@ -291,11 +301,16 @@ impl TurnTask {
     /// A turn whose start could not be written: its frames go, then the error and `done`.
     fn not_started(&self, error: &StoreError) {
         self.thread.release_frames(None, 0);
-        tracing::error!(error = %error, thread = %self.thread.id, "cannot start a turn");
-        self.publish_error(
-            ErrorCode::Internal,
-            "the turn could not be started; see the server log".into(),
-        );
+        if error.is_thread_busy() {
+            let busy = Refusal::turn_in_progress(&self.thread.id);
+            self.publish_error(busy.code, busy.message);
+        } else {
+            tracing::error!(error = %error, thread = %self.thread.id, "cannot start a turn");
+            self.publish_error(
+                ErrorCode::Internal,
+                "the turn could not be started; see the server log".into(),
+            );
+        }
         self.publish_done();
     }
 
@@ -401,6 +416,15 @@ impl TurnTask {
         }
         // Past every message there was, replaced ones too: a thread's `seq` only rises.
         user_message.position = messages.last().map_or(0, |m| m.position + 1);
+        if let Some(answer) = replaces {
+            // Another turn replaced it (through another replica) since it was looked up.
+            if !messages
+                .iter()
+                .any(|m| m.position == answer && m.role == "assistant")
+            {
+                return Err(StoreError::thread_busy());
+            }
+        }
         let cut = replaces.map(|answer| super::replace::cut_position(&messages, answer));
         if let Some(cut) = cut {
             messages.retain(|m| m.position < cut);
@@ -428,7 +452,10 @@ impl TurnTask {
         }
         start.push(WriteOp::BeginTurn {
             thread: new_thread,
-            messages: vec![user_message.clone(), running_message(&record)],
+            messages: vec![
+                user_message.clone(),
+                running_message_with(&record, self.started_with.as_ref()),
+            ],
         });
         start.push(lease_row);
         if let Some(mode) = self.mode_change {
