@@ -20,12 +20,17 @@ pub fn run_classic_turn(mut spec: TurnSpec) -> impl Future<Output = TurnOutcome>
         let turn = Arc::new(Turn::new(&spec, &ENGINE));
         let history = std::mem::take(&mut spec.history);
         let run = async {
-            // A resumed turn acts on: its plan was made before it was cut.
-            let plan = match &spec.planner {
-                Some(planner) if spec.resume.is_none() => {
-                    planner::plan(&turn, planner, &history, &spec.toolbelt).await
+            // A resumed turn acts on the plan its first life made (kept in the record).
+            let plan = match (&spec.planner, &spec.resume) {
+                (_, Some(resume)) => resume.plan.clone(),
+                (Some(planner), None) => {
+                    let plan = planner::plan(&turn, planner, &history, &spec.toolbelt).await;
+                    if let Some(plan) = &plan {
+                        turn.recorder.plan(plan);
+                    }
+                    plan
                 }
-                _ => None,
+                (None, None) => None,
             };
             let root = Level::root(&turn.config, &turn.llm, &spec, plan.as_deref());
             (run_level(turn.clone(), root, history).await, plan)

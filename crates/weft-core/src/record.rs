@@ -52,6 +52,8 @@ pub struct ModelCallRecord {
 pub trait Recorder: Send + Sync {
     /// Text streamed so far by the response being received at `place`.
     fn text(&self, _place: Place<'_>, _delta: &str) {}
+    /// The planner made the turn's plan (before the turn's first round).
+    fn plan(&self, _plan: &str) {}
     /// The response about to be recorded at `place` (by [`Recorder::assistant`]) came after
     /// this reasoning.
     fn reasoning(&self, _place: Place<'_>, _reasoning: &str) {}

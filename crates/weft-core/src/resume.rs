@@ -25,6 +25,8 @@ pub struct Resume {
     /// Its shared memory as its recorded calls had left it (`memory_write`s, subtask
     /// results), set again before it goes on.
     pub memory: Vec<(String, String)>,
+    /// The plan its planner made, which it goes on acting on.
+    pub plan: Option<String>,
 }
 
 /// A turn's spending so far, as its record keeps it.

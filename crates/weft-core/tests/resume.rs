@@ -47,6 +47,7 @@ fn cut_after(h: Harness, calls: &[(Call, Option<i64>)], spent: Spent) -> Harness
             })
             .collect(),
         memory: vec![("note".to_owned(), "kept".to_owned())],
+        plan: None,
     });
     h.extra_history = vec![ChatMessage::assistant("before ", requests)];
     h
@@ -162,6 +163,30 @@ async fn a_resumed_turn_counts_identical_calls_on_from_its_first_life_once() {
         .collect();
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert!(refused[0].contains("identical"), "{refused:?}");
+}
+
+#[tokio::test]
+async fn a_resumed_planning_turn_acts_on_the_plan_its_first_life_made() {
+    let mut h = Harness::new(two_step_script()).tool(TestTool::new("look"));
+    h.planner = Some(weft_core::PlannerSpec {
+        provider: h.provider.clone(),
+        model: "planner-model".into(),
+        instructions: String::new(),
+    });
+    let mut h = cut_after(h, &[(call("a", "look"), None)], Spent::default());
+    if let Some(resume) = &mut h.resume {
+        resume.plan = Some("1. look\n2. answer".to_owned());
+    }
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    let requests = h.provider.requests.lock();
+    assert_eq!(requests.len(), 1, "no second planning call");
+    assert!(
+        requests[0].system.contains("1. look\n2. answer"),
+        "{}",
+        requests[0].system
+    );
+    assert_eq!(outcome.plan.as_deref(), Some("1. look\n2. answer"));
 }
 
 #[tokio::test]

@@ -53,6 +53,9 @@ pub enum RecordEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         metadata: Option<ToolResultMetadata>,
     },
+    /// The planner's plan for the turn, kept as soon as it was made (a turn taken up after a
+    /// crash acts on it).
+    Plan { plan: String },
     /// Compaction (budget awareness): `summary` replaced the earlier conversation in the
     /// model's history, all but the newest `kept_messages` messages before this point.
     Summary { summary: String, kept_messages: u32 },

@@ -359,6 +359,18 @@ impl Recorder for TurnLog {
         state.items.push(row);
     }
 
+    /// The turn's plan, at the start of its record.
+    fn plan(&self, plan: &str) {
+        let entry = RecordEntry::Plan {
+            plan: plan.to_owned(),
+        };
+        let mut state = self.state.lock();
+        state.next_position += 1;
+        let position = state.next_position - 1;
+        let row = entry_row(self.place(position, None, 0), &entry);
+        state.items.push(row);
+    }
+
     /// A compaction's summary, at the point of the record where it was made.
     fn summary(&self, place: Place<'_>, summary: &str, kept: usize) {
         let entry = RecordEntry::Summary {

@@ -34,6 +34,8 @@ pub enum ItemKind {
     ToolResults,
     /// A compaction: a `Summary` entry.
     Summary,
+    /// The planner's plan: a `Plan` entry.
+    Plan,
 }
 
 impl ItemKind {
@@ -42,6 +44,7 @@ impl ItemKind {
             ItemKind::Assistant => "assistant",
             ItemKind::ToolResults => "tool_results",
             ItemKind::Summary => "summary",
+            ItemKind::Plan => "plan",
         }
     }
 
@@ -50,6 +53,7 @@ impl ItemKind {
             "assistant" => Some(ItemKind::Assistant),
             "tool_results" => Some(ItemKind::ToolResults),
             "summary" => Some(ItemKind::Summary),
+            "plan" => Some(ItemKind::Plan),
             _ => None,
         }
     }
@@ -101,6 +105,7 @@ impl ItemPlace<'_> {
 pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
     let kind = match entry {
         RecordEntry::Summary { .. } => ItemKind::Summary,
+        RecordEntry::Plan { .. } => ItemKind::Plan,
         _ => ItemKind::Assistant,
     };
     place.written(kind, entry)

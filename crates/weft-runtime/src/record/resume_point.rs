@@ -71,6 +71,10 @@ pub fn resume_point(
         spent: spent(&kept, approvals, model_calls, started_at),
         cut,
         memory: memory_of(&kept),
+        plan: root.iter().find_map(|e| match e {
+            RecordEntry::Plan { plan } => Some(plan.clone()),
+            _ => None,
+        }),
     };
     let earlier_calls = call_events(&kept, &resume.all_cut());
     ResumePoint {
@@ -359,6 +363,7 @@ fn rounds(root: &[RecordEntry]) -> (Vec<ChatMessage>, Vec<Call>, bool) {
                 }
             }
             RecordEntry::Summary { .. }
+            | RecordEntry::Plan { .. }
             | RecordEntry::User { .. }
             | RecordEntry::Subtask { .. } => {}
         }
@@ -564,6 +569,24 @@ mod tests {
         let mut answered = items[..2].to_vec();
         answered.push(entry_row(place(2, None, 0), &response("done", &[], false)));
         assert!(resume_point(&answered, &[], &[], 0).answered);
+    }
+
+    #[test]
+    fn the_plan_made_at_the_start_is_read_back_and_is_no_round() {
+        let plan = RecordEntry::Plan {
+            plan: "1. look".into(),
+        };
+        let items = vec![
+            entry_row(place(0, None, 0), &plan),
+            entry_row(
+                place(1, None, 0),
+                &response("", &[("a", "read_file")], false),
+            ),
+        ];
+        let point = resume_point(&items, &[], &[], 0);
+        assert_eq!(point.resume.plan.as_deref(), Some("1. look"));
+        assert_eq!(point.tail.len(), 1, "the plan is not in the history");
+        assert_eq!(point.resume.cut.len(), 1);
     }
 
     #[test]
