@@ -546,3 +546,63 @@ async fn a_resumed_turn_keeps_what_it_was_started_with() {
     server.stop().await;
     db.drop_database().await;
 }
+
+#[tokio::test]
+async fn a_media_turn_cut_mid_generation_ends_with_a_clear_message_and_is_not_paid_twice() {
+    // An Images API of the test's own that takes its time and counts the generations.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let api = axum::Router::new().route(
+        "/v1/images/generations",
+        axum::routing::post(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                axum::Json(json!({"data": []}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let images = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, api).await });
+
+    let db = Db::new(false).await;
+    let script =
+        json!({"conversations": [{"match": "*", "steps": [{"text": "ok", "repeat": true}]}]});
+    let more = format!("[media]\nimage_url = \"{images}\"\nimage_api_key = \"k\"\n");
+    let server = start_with(&db, &script, &more).await;
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "chat_message", "data": {"content": "a loom",
+        "media_generation": {"mode": "image", "prompt": "a loom at dawn"}}}),
+    )
+    .await;
+    let started = until(&mut ws, |f| f["type"] == "turn_started").await;
+    let thread = started[0]["thread_id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while calls.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the generation never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.kill().await;
+
+    let server = start_with(&db, &script, &more).await;
+    let (_ws, frames) = resume_to_end(&server, &thread, 0).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "interrupted", "{message}");
+    let said = message["message"]["content"].as_str().unwrap();
+    assert!(said.contains("not started again"), "{said}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "generated twice"
+    );
+    server.stop().await;
+    db.drop_database().await;
+}

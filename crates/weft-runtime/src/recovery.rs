@@ -179,7 +179,11 @@ async fn close(store: &Store, message: &MessageRow) -> Result<(), StoreError> {
     let synthetic = unanswered_calls(&items, &waiting);
     items.extend(synthetic.iter().cloned());
     let mut closed = message.clone();
-    closed.content = json!(root_text(&items));
+    let text = root_text(&items);
+    closed.content = json!(match interrupted_notice(message) {
+        Some(notice) if text.is_empty() => notice.to_owned(),
+        _ => text,
+    });
     closed.status = "interrupted".to_owned();
     // Its approvals expire before it shows closed: whoever sees it `interrupted` sees them
     // expired too.
@@ -191,6 +195,29 @@ async fn close(store: &Store, message: &MessageRow) -> Result<(), StoreError> {
     tracing::warn!(thread = %message.thread_id, message = %message.id, expired, "closed a turn its replica left unfinished");
     Ok(())
 }
+
+/// What a closed turn says when it had said nothing: a media generation cut mid-way is not
+/// generated again (it may have been paid for once already).
+fn interrupted_notice(message: &MessageRow) -> Option<&'static str> {
+    let metadata: serde_json::Value = message
+        .metadata
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok())
+        .unwrap_or_default();
+    match metadata["mode"].as_str() {
+        Some("media") => Some(MEDIA_CUT),
+        Some("workflow") => Some(WORKFLOW_CUT),
+        _ => None,
+    }
+}
+
+/// A media turn's answer when its server stopped mid-generation.
+pub const MEDIA_CUT: &str = "The generation was cut off when the server stopped, and it was \
+not started again so that it is not paid for twice. Ask again to generate it.";
+
+/// A workflow turn's answer when its server stopped mid-run.
+pub const WORKFLOW_CUT: &str = "The workflow run was cut off when the server stopped; its \
+nodes were not run again. Run it again to finish it.";
 
 /// A synthetic "interrupted" result for every call in `items` that has none, one row per
 /// level of the turn that has such calls. A call that was `waiting` for its approval says
