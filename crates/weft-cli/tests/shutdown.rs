@@ -1,8 +1,9 @@
 //! `SIGTERM` always ends a real `weft serve` within `shutdown_timeout_ms` and a few seconds,
 //! whatever its dependencies do: its `nats-server` killed, its `nats-server` frozen
 //! (`SIGSTOP`), its PostgreSQL frozen behind a proxy that stops forwarding while a turn
-//! runs. Each ends through its own bounded waits (exit status 0), not the process's last
-//! resort deadline.
+//! runs, an MCP server that never answers and a "Chromium" that never starts while a turn
+//! waits on the browser. Each ends through its own bounded waits (exit status 0), not the
+//! process's last resort deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -106,5 +107,39 @@ async fn sigterm_ends_a_server_whose_postgresql_froze_while_a_turn_ran() {
     proxy.freeze();
     let (took, clean) = terminate(server).await;
     assert_bounded(took, clean, "PostgreSQL frozen");
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn sigterm_ends_a_server_whose_mcp_server_and_chromium_hang() {
+    let db = Db::new(false).await;
+    // A "Chromium" that never says where its DevTools are, and an MCP server that never
+    // answers its handshake.
+    let chromium = db.dir.path().join("hung-chromium.sh");
+    std::fs::write(&chromium, "#!/bin/sh\nexec sleep 600\n").unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", &chromium.display().to_string()])
+        .status()
+        .unwrap();
+    let config = format!(
+        "{}[policy]\nallowed_mcp_servers = [\"hung\"]\n[web]\nbrowser_executable = \"{}\"\n\
+         [[mcp.servers]]\nname = \"hung\"\ncommand = \"sleep\"\nargs = [\"600\"]\ntimeout_ms = 500\n",
+        config(None),
+        chromium.display()
+    );
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [{"name": "browser", "arguments": {"action": "open", "url": "https://example.com"}}]},
+        {"text": "seen", "repeat": true}]}]});
+    let server = Server::start_with(&db, &script, &config).await;
+    let mut socket = server.connect().await;
+    let mut go = chat("look", None);
+    go["data"]["permission_mode"] = json!("auto");
+    send(&mut socket, go).await;
+    until(&mut socket, |f| {
+        f["type"] == "tool_call_update" && f["status"] == "start" && f["name"] == "browser"
+    })
+    .await;
+    let (took, clean) = terminate(server).await;
+    assert_bounded(took, clean, "MCP server and Chromium hung");
     db.drop_database().await;
 }
