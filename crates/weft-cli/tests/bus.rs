@@ -901,6 +901,41 @@ async fn a_follower_on_another_replica_gets_every_frame_of_a_turn_whose_answer_i
 }
 
 #[tokio::test]
+async fn a_follower_misses_nothing_of_a_turn_streamed_across_a_nats_restart() {
+    let db = Db::new(true).await;
+    let mut nats = Nats::start().await;
+    let chunks: Vec<String> = (0..40).map(|i| format!("c{i} ")).collect();
+    let script = json!({"conversations": [{"match": "*", "steps": [
+        {"text": "one"}, {"chunks": chunks, "chunk_delay_ms": 100}]}]});
+    let a = replica(&db, &nats, &script, "a").await;
+    let b = replica(&db, &nats, &script, "b").await;
+    let mut on_b = b.connect().await;
+    send(&mut on_b, chat("hi", None)).await;
+    let first = until(&mut on_b, is_done).await;
+    let thread = first[0]["thread_id"].as_str().unwrap().to_owned();
+
+    // Another device asks through A; B's client follows. NATS restarts mid-stream.
+    let mut on_a = a.connect().await;
+    send(&mut on_a, chat("again", Some(&thread))).await;
+    let mut followed = until(&mut on_b, |f| f["type"] == "chunk" && f["content"] == "c8 ").await;
+    nats.restart(Duration::from_millis(1_000)).await;
+    let owner_saw = until(&mut on_a, is_done).await;
+    followed.extend(until(&mut on_b, is_done).await);
+    let text = |frames: &[Value]| -> String {
+        frames
+            .iter()
+            .filter(|f| f["type"] == "chunk" && f["depth"] == 0)
+            .filter_map(|f| f["content"].as_str())
+            .collect()
+    };
+    assert_eq!(text(&followed), text(&owner_saw), "{followed:?}");
+    let seqs = seqs(&followed);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(completed(&followed), "{followed:?}");
+    shut_down(vec![a, b], nats, None, db).await;
+}
+
+#[tokio::test]
 async fn two_replicas_never_run_two_turns_of_a_thread_at_once() {
     let db = Db::new(true).await;
     let nats = Nats::start().await;

@@ -82,6 +82,9 @@ pub struct Bus {
     metrics: Arc<Metrics>,
     /// This replica's followers on other replicas: their inbox → their subscriber id here.
     followers: Arc<Mutex<HashMap<String, SubscriberId>>>,
+    /// Counts the connections to NATS made after the first (a restart of the server, a
+    /// network blip): what was published to this replica meanwhile is lost.
+    reconnects: tokio::sync::watch::Sender<u64>,
 }
 
 fn subject(replica: &str) -> String {
@@ -105,8 +108,24 @@ impl Bus {
         replica_id: &str,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Bus>, String> {
+        let (reconnects, _) = tokio::sync::watch::channel(0u64);
+        let counted = reconnects.clone();
+        let lost = Arc::new(AtomicBool::new(false));
         let client = async_nats::ConnectOptions::new()
             .name(format!("weft {replica_id}"))
+            .event_callback(move |event| {
+                let (counted, lost) = (counted.clone(), lost.clone());
+                async move {
+                    match event {
+                        async_nats::Event::Disconnected => lost.store(true, Ordering::Relaxed),
+                        async_nats::Event::Connected if lost.swap(false, Ordering::Relaxed) => {
+                            tracing::info!("reconnected to NATS");
+                            counted.send_modify(|n| *n += 1);
+                        }
+                        _ => {}
+                    }
+                }
+            })
             .connect(url)
             .await
             .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
@@ -115,7 +134,13 @@ impl Bus {
             replica_id: replica_id.to_owned(),
             metrics,
             followers: Arc::default(),
+            reconnects,
         }))
+    }
+
+    /// Changes each time this replica's connection to NATS comes back.
+    pub fn reconnects(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reconnects.subscribe()
     }
 
     pub fn is_connected(&self) -> bool {

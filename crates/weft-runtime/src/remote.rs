@@ -262,6 +262,34 @@ struct Relay {
 }
 
 impl Relay {
+    /// Ask the owner for what the client missed after `seen`, then the turn live again, on
+    /// a fresh inbox (frames still on their way to the old one are left behind, so nothing
+    /// overtakes the replay); whether the owner answered, and the fresh inbox's frames.
+    async fn refill(&mut self, seen: u64) -> (bool, Option<BusFrames>) {
+        let (inbox, frames) = match self.remote.bus.inbox().await {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                tracing::debug!(error = %e.message, "cannot refill a followed turn yet");
+                return (false, None);
+            }
+        };
+        let old = std::mem::replace(&mut self.inbox, inbox.clone());
+        let _ = self.remote.send(Command::Unfollow { inbox: old }).await;
+        let follow = Command::Follow {
+            user: self.thread.owner.clone(),
+            thread_id: self.thread.id.to_string(),
+            last_seq: seen,
+            inbox,
+        };
+        match self.remote.send(follow).await {
+            Ok(()) => (true, Some(frames)),
+            Err(e) => {
+                tracing::debug!(error = %e.message, "cannot refill a followed turn yet");
+                (false, Some(frames))
+            }
+        }
+    }
+
     /// Relay frames until the turn's final chunk. Should the client leave, the owner is told
     /// to stop sending; should the owner go quiet and lose the turn (it died), the stored
     /// answer ends it instead.
@@ -269,8 +297,29 @@ impl Relay {
         let quiet = runtime.leases.heartbeat() * 2;
         let mut seen = last_seq;
         let mut client_left = false;
+        // When this replica's bus connection comes back, frames sent meanwhile are lost:
+        // the owner is asked again from what the client saw (until it answers).
+        let mut reconnects = self.remote.bus.reconnects();
+        reconnects.borrow_and_update();
+        let mut watching = true;
+        let mut refill = false;
         loop {
-            match frames.next(quiet).await {
+            if refill {
+                let (asked, fresh) = self.refill(seen).await;
+                if let Some(fresh) = fresh {
+                    std::mem::replace(&mut frames, fresh).close().await;
+                }
+                refill = !asked;
+            }
+            let next = tokio::select! {
+                next = frames.next(quiet) => next,
+                changed = reconnects.changed(), if watching => {
+                    watching = changed.is_ok();
+                    refill = watching;
+                    continue;
+                }
+            };
+            match next {
                 // What the client saw already: a turn's earlier owner, fenced off after
                 // another replica took the turn over, sends nothing more, but its frames
                 // may still be on their way.

@@ -266,7 +266,36 @@ pub fn chat(content: &str, thread: Option<&str>) -> Value {
 pub struct Nats {
     child: Child,
     pub url: String,
-    _dir: tempfile::TempDir,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// `nats-server` on `port`, storing under `dir`.
+fn spawn_nats(port: u16, dir: &std::path::Path) -> Child {
+    let binary = [
+        "/usr/sbin/nats-server",
+        "/usr/bin/nats-server",
+        "/usr/local/bin/nats-server",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .unwrap_or("nats-server");
+    Command::new(binary)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nats-server (scripts/test.sh installs it)")
+}
+
+async fn listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not listen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 impl Nats {
@@ -277,32 +306,24 @@ impl Nats {
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
-        let binary = [
-            "/usr/sbin/nats-server",
-            "/usr/bin/nats-server",
-            "/usr/local/bin/nats-server",
-        ]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .unwrap_or("nats-server");
-        let child = Command::new(binary)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("nats-server (scripts/test.sh installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let child = spawn_nats(port, dir.path());
+        listening(port).await;
         Nats {
             child,
             url: format!("nats://127.0.0.1:{port}"),
-            _dir: dir,
+            port,
+            dir,
         }
+    }
+
+    /// Stop the server, wait `down`, and start it again on the same port (its clients
+    /// reconnect).
+    pub async fn restart(&mut self, down: Duration) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        tokio::time::sleep(down).await;
+        self.child = spawn_nats(self.port, self.dir.path());
+        listening(self.port).await;
     }
 
     pub async fn stop(mut self) {
