@@ -47,6 +47,17 @@ pub struct TurnRequest {
 }
 
 impl TurnRequest {
+    /// What the turn is started with beyond the defaults, kept for a life that takes it up
+    /// after a crash (see [`crate::persist::started_with`]).
+    pub(crate) fn started_with(&self) -> Option<Value> {
+        let client_tools = self
+            .client_tools
+            .as_ref()
+            .map(|tools| tools.current())
+            .unwrap_or_default();
+        crate::persist::started_with(&self.context, self.memory, &client_tools)
+    }
+
     /// A chat turn on `content`, with everything else left to the defaults.
     pub fn chat(content: impl Into<MessageContent>) -> TurnRequest {
         TurnRequest {

@@ -20,6 +20,7 @@ use crate::record::history::provider_history;
 use crate::record::resume_point::{resume_point, ResumePoint};
 use crate::recovery::Resumer;
 use crate::runtime::Runtime;
+use crate::threads::ThreadRuntime;
 
 /// What the turn was started with beyond the defaults, as its running message keeps it
 /// (`persist::started_with`): the chat context, long-term memory, the client's `ui_*` tools
@@ -124,15 +125,7 @@ impl Resumer for Runtime {
         let runtime = self.hub.from_row(&thread);
         runtime.refresh(&thread);
         runtime.gate.set_mode(permission_mode);
-        // Approvals answered while no replica ran the turn: applied when asked again.
-        for (id, answer) in store.queued_approval_answers(&thread.id).await? {
-            match serde_json::from_str::<QueuedAnswer>(&answer) {
-                Ok(queued) => runtime
-                    .gate
-                    .answer_early(&id, queued.decision, queued.reason),
-                Err(e) => tracing::warn!(approval = %id, error = %e, "an unreadable queued answer"),
-            }
-        }
+        self.answer_early(&runtime, &thread.id).await?;
         let cancel = CancellationToken::new();
         if !runtime.try_begin(cancel.clone(), &message.id) {
             return Ok(false);
@@ -181,6 +174,23 @@ impl Resumer for Runtime {
 }
 
 impl Runtime {
+    /// Approvals answered while no replica ran the turn, applied when they are asked again.
+    async fn answer_early(
+        &self,
+        thread: &ThreadRuntime,
+        thread_id: &str,
+    ) -> Result<(), StoreError> {
+        for (id, answer) in self.store.queued_approval_answers(thread_id).await? {
+            match serde_json::from_str::<QueuedAnswer>(&answer) {
+                Ok(queued) => thread
+                    .gate
+                    .answer_early(&id, queued.decision, queued.reason),
+                Err(e) => tracing::warn!(approval = %id, error = %e, "an unreadable queued answer"),
+            }
+        }
+        Ok(())
+    }
+
     /// Where the cut turn `message` goes on from, and its history: the thread's earlier
     /// turns (pruned as for any turn), then its own completed rounds.
     async fn read_point(

@@ -158,13 +158,7 @@ impl Runtime {
             resumed,
         } = launch;
         let thread = claim.runtime;
-        let client_tools = request
-            .client_tools
-            .as_ref()
-            .map(|tools| tools.current())
-            .unwrap_or_default();
-        let started_with =
-            crate::persist::started_with(&request.context, request.memory, &client_tools);
+        let started_with = request.started_with();
         let (lease, lease_row) = match &resumed {
             Some(_) => (
                 self.leases.adopt(&claim.message_id, claim.cancel.clone()),
@@ -218,21 +212,7 @@ impl Runtime {
                 self.config.server.chunk_interval_ms,
             ))
             .resume(resumed.as_ref().map(|r| r.point.resume.clone()));
-        let user_message = NewMessage {
-            id: new_id(),
-            thread_id: thread.id.to_string(),
-            role: "user".to_owned(),
-            content: serde_json::to_value(&request.content).unwrap_or_else(|_| json!("")),
-            execution_tree: None,
-            permission_mode: Some(permission_mode.as_str().to_owned()),
-            status: "completed".to_owned(),
-            input_tokens: 0,
-            output_tokens: 0,
-            cost_usd: 0.0,
-            created_at: now_ms(),
-            position: 0,
-            metadata: None,
-        };
+        let user_message = user_message(&thread.id, &request, permission_mode);
         let task = TurnTask {
             runtime: self.clone(),
             thread,
@@ -266,6 +246,25 @@ impl Runtime {
         };
         self.turns
             .spawn(task.run(Box::new(begin), Box::new(spec), mode));
+    }
+}
+
+/// The message a new turn starts with (its place is set when the thread is read).
+fn user_message(thread_id: &str, request: &TurnRequest, mode: PermissionMode) -> NewMessage {
+    NewMessage {
+        id: new_id(),
+        thread_id: thread_id.to_owned(),
+        role: "user".to_owned(),
+        content: serde_json::to_value(&request.content).unwrap_or_else(|_| json!("")),
+        execution_tree: None,
+        permission_mode: Some(mode.as_str().to_owned()),
+        status: "completed".to_owned(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: 0.0,
+        created_at: now_ms(),
+        position: 0,
+        metadata: None,
     }
 }
 
