@@ -369,15 +369,18 @@ async fn the_planner_runs_first_and_stays_out_of_the_record_and_history() {
     assert_eq!(executor.messages.len(), 1);
     assert!(!format!("{:?}", executor.messages).contains("planner-only notes"));
 
-    // The record holds the user's message and the executor's answer, nothing of the planner.
+    // The record holds the user's message, the plan (kept for a turn taken up after a crash)
+    // and the executor's answer: none of the planner's own messages or calls.
     let (_, items) = server.get(&format!("/threads/{thread}/items"), None).await;
-    let items: Vec<&str> = items
+    let kinds: Vec<&str> = items
         .as_array()
         .unwrap()
         .iter()
         .map(|i| i["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(items, vec!["user", "assistant"]);
+    assert_eq!(kinds, vec!["user", "plan", "assistant"]);
+    assert_eq!(items[1]["plan"], "1. read notes\n2. answer");
+    assert!(!items.to_string().contains("planner-only notes"), "{items}");
 
     // The next turn's history: the first exchange, no planner messages.
     c.chat(Some(&thread), "and now?", json!({})).await;
