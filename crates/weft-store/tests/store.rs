@@ -247,7 +247,16 @@ async fn suite(store: &Store) {
         1,
         "the failed start left nothing behind"
     );
-    store.write(begin(None, &again)).await.unwrap();
+    // A start after it takes the next place (one at a taken place is refused as busy).
+    assert!(store
+        .write(begin(None, &again))
+        .await
+        .is_err_and(|e| e.is_thread_busy()));
+    let next = NewMessage {
+        position: first.position + 1,
+        ..again.clone()
+    };
+    store.write(begin(None, &next)).await.unwrap();
     assert_eq!(store.messages("t3").await.unwrap().len(), 2);
 
     record(store).await;
