@@ -57,8 +57,8 @@ struct Pending {
     reply: oneshot::Sender<Answer>,
 }
 
-/// The user's answer to an approval request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The user's answer to an approval request (kept as JSON while no replica runs its turn).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Answer {
     pub decision: ApprovalDecision,
     /// Why, when they said (a denial's reason goes back to the model).

@@ -40,18 +40,25 @@ impl Runtime {
         match self.owner_of(user, thread_id).await? {
             Owned::Live(thread) => Ok(thread),
             Owned::Stored(row) => {
-                let thread = self.hub.from_row(&row);
+                let thread = self.live_thread(&row);
                 if thread.owner != row.owner {
                     // Another user's start of this id runs here and is bound to fail.
                     return Err(Refusal::turn_in_progress(thread_id));
                 }
-                if self.bus.is_some() && !thread.is_active() {
-                    // Another replica may have changed it since this one last ran the thread.
-                    thread.refresh(&row);
-                }
                 Ok(thread)
             }
         }
+    }
+
+    /// The live runtime of the thread `row` is, as the row has it: with replicas, one that
+    /// runs no turn here takes up the mode and the tools allowed for the chat another
+    /// replica may have changed since.
+    pub(crate) fn live_thread(&self, row: &weft_store::ThreadRow) -> Arc<ThreadRuntime> {
+        let thread = self.hub.from_row(row);
+        if self.bus.is_some() && !thread.is_active() && thread.owner == row.owner {
+            thread.refresh(row);
+        }
+        thread
     }
 
     /// Whether `user` may read thread `thread_id`, without making it live.
@@ -238,7 +245,8 @@ impl Runtime {
         reason: Option<String>,
     ) -> Result<(), Refusal> {
         let reason = reason.map(|r| weft_protocol::clip(&r, MAX_REASON_BYTES));
-        let answer = serde_json::json!({"decision": decision, "reason": reason}).to_string();
+        let answer = serde_json::to_string(&weft_core::Answer { decision, reason })
+            .map_err(Refusal::internal)?;
         let tool = self
             .store
             .queue_approval_answer(thread_id, tool_call_id, &answer)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use weft_core::{ChatMessage, TokenCounter};
-use weft_protocol::{ApprovalDecision, ClientTool, MessageContent, PermissionMode};
+use weft_protocol::{ClientTool, MessageContent, PermissionMode};
 use weft_store::{MessageRow, StoreError, ThreadRow};
 
 use super::request::{Route, TurnRequest};
@@ -39,13 +39,6 @@ fn started_with(request: &mut TurnRequest, with: &serde_json::Value) {
             Err(e) => tracing::warn!(error = %e, "a taken-up turn's client tools are left out"),
         }
     }
-}
-
-/// An approval's answer kept while no replica ran its turn.
-#[derive(serde::Deserialize)]
-struct QueuedAnswer {
-    decision: ApprovalDecision,
-    reason: Option<String>,
 }
 
 /// The execution modes whose turns go on after a restart.
@@ -181,7 +174,7 @@ impl Runtime {
         thread_id: &str,
     ) -> Result<(), StoreError> {
         for (id, answer) in self.store.queued_approval_answers(thread_id).await? {
-            match serde_json::from_str::<QueuedAnswer>(&answer) {
+            match serde_json::from_str::<weft_core::Answer>(&answer) {
                 Ok(queued) => thread
                     .gate
                     .answer_early(&id, queued.decision, queued.reason),

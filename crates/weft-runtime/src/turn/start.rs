@@ -221,13 +221,9 @@ impl Runtime {
         let Some(row) = existing.as_ref().or(new_thread.as_ref()) else {
             return Err(Refusal::internal("no thread"));
         };
-        let runtime = self.hub.from_row(row);
+        let runtime = self.live_thread(row);
         if runtime.owner != user {
             return Err(Refusal::forbidden_thread());
-        }
-        if self.bus.is_some() && existing.is_some() && !runtime.is_active() {
-            // Another replica may have changed it since this one last ran the thread.
-            runtime.refresh(row);
         }
         let cancel = CancellationToken::new();
         let message_id = new_id();

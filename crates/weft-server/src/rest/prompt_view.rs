@@ -211,6 +211,10 @@ fn tools(items: &[ItemRow]) -> Vec<PromptOutput> {
 /// The file a media tool made (`generate_image`, `text_to_speech` answer
 /// `{"asset_id","url","mime_type"}`), if `result` is one.
 fn generated_file(result: &str) -> Option<PromptOutput> {
+    // Their keys are written sorted: anything else is not parsed.
+    if !result.starts_with("{\"asset_id\":") {
+        return None;
+    }
     let made: Value = serde_json::from_str(result).ok()?;
     made.get("asset_id")?;
     let url = made["url"].as_str().filter(|u| u.starts_with("/assets/"))?;
