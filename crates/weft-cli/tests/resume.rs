@@ -3,8 +3,8 @@
 //! turns up from their last completed round. Each round's text is kept once, no call that may
 //! have acted runs twice, a pending approval is asked again (same id) and answered, and a
 //! client that resumes with its `last_seq` gets the rest of the turn numbered after what it
-//! saw; a code-mode turn redoes the run it was cut in, meeting the calls it had made. On
-//! SQLite and on PostgreSQL.
+//! saw; a code-mode turn redoes the run it was cut in, meeting the calls it had made, and a
+//! workflow run goes on from its completed nodes. On SQLite and on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -603,6 +603,116 @@ async fn a_media_turn_cut_mid_generation_ends_with_a_clear_message_and_is_not_pa
         1,
         "generated twice"
     );
+    server.stop().await;
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_workflow_run_cut_mid_way_goes_on_from_its_completed_nodes() {
+    // A write, then a slow model node, then a write of what the model said. Killed while
+    // the model node runs: the next life gives the first write's outputs back (it is not
+    // run again), runs the model node again and then the second write.
+    let db = Db::new(true).await;
+    let script = json!({"conversations": [
+        {"match": "slow model", "steps": [{"text": "thought", "delay_ms": 1500, "repeat": true}]},
+        {"match": "*", "steps": [{"text": "ok", "repeat": true}]}]});
+    let server = start(&db, &script).await;
+    let workflow = json!({"name": "two writes", "description": "writes twice", "graph": {
+    "nodes": [
+        {"id": "first", "type": "write_file", "inputs": {"path": "a.md", "content": "one"}},
+        {"id": "think", "type": "llm.prompt", "inputs": {"prompt": "slow model please"}},
+        {"id": "second", "type": "write_file", "inputs": {"path": "b.md"}},
+        {"id": "out", "type": "output", "inputs": {"name": "second"}}
+    ],
+    "edges": [
+        {"from": "first", "output": "result", "to": "think", "input": "system"},
+        {"from": "think", "output": "text", "to": "second", "input": "content"},
+        {"from": "second", "output": "result", "to": "out", "input": "value"}
+    ]}});
+    let saved: Value = reqwest::Client::new()
+        .post(format!("http://{}/workflows", server.addr))
+        .json(&workflow)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut ws = server.connect().await;
+    send(
+        &mut ws,
+        json!({"command": "chat_message", "data": {"content": "run it", "permission_mode": "auto",
+        "workflow_target": "workflow", "workflow_id": saved["id"]}}),
+    )
+    .await;
+    let frames = until(&mut ws, |f| {
+        f["type"] == "node_update" && f["node_id"] == "think" && f["status"] == "running"
+    })
+    .await;
+    let thread = frames[0]["thread_id"].as_str().unwrap().to_owned();
+    let last_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .max()
+        .unwrap();
+    // Killed once the first write's completion is on record (a completion the kill beat
+    // would make it a node that may have acted: failed, not run again).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let items = server.get(&format!("/threads/{thread}/items")).await;
+        let kept =
+            items.as_array().unwrap().iter().any(|i| {
+                i["kind"] == "node" && i["node_id"] == "first" && i["status"] == "completed"
+            });
+        if kept {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never kept: {items}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.kill().await;
+
+    let server = start(&db, &script).await;
+    let (_ws, frames) = resume_to_end(&server, &thread, last_seq).await;
+    let message = frames.iter().find(|f| f["type"] == "message").unwrap();
+    assert_eq!(message["message"]["status"], "completed", "{frames:?}");
+    let nodes: Vec<String> = frames
+        .iter()
+        .filter(|f| f["type"] == "node_update")
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["node_id"].as_str().unwrap(),
+                f["status"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            "first completed",
+            "think running",
+            "think completed",
+            "second running",
+            "second completed",
+            "out running",
+            "out completed"
+        ],
+        "the first write given back, the rest run"
+    );
+    let items = server.get(&format!("/threads/{thread}/items")).await;
+    let writes: Vec<String> = results(&items)
+        .into_iter()
+        .filter(|(tool, _)| tool == "write_file")
+        .map(|(_, result)| result)
+        .collect();
+    assert_eq!(writes.len(), 2, "each write once: {writes:?}");
+    let workspace = db.dir.path().join("workspace");
+    let b = std::fs::read_dir(&workspace)
+        .unwrap()
+        .flatten()
+        .find_map(|user| std::fs::read_to_string(user.path().join("b.md")).ok());
+    assert_eq!(b.as_deref(), Some("thought"));
     server.stop().await;
     db.drop_database().await;
 }

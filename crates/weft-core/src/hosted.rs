@@ -292,6 +292,45 @@ impl HostedTurn {
         content
     }
 
+    /// A workflow node that may act is about to run: its start is on record once this
+    /// returns (an error: it could not be kept).
+    pub async fn node_started(&self, node_id: &str) -> Result<(), String> {
+        self.turn.recorder.node(node_id, None);
+        self.turn.recorder.before_effect().await
+    }
+
+    /// A workflow node completed: its outputs go in the turn's record.
+    pub fn node_completed(&self, node_id: &str, outputs: &serde_json::Map<String, Value>) {
+        self.turn.recorder.node(node_id, Some(outputs));
+    }
+
+    /// Answer a root call a cut run had made and never had answered: the call is not run
+    /// again (it may or may not have taken effect), and the record says it was interrupted.
+    pub fn close_interrupted(&self, wire_id: &str, call_id: &str, name: &str) {
+        let now = unix_now();
+        let metadata = ToolResultMetadata {
+            status: ToolResultStatus::Error,
+            started_at: now,
+            completed_at: now,
+            execution_time_ms: 0.0,
+            approval_status: ApprovalStatus::NotRequired,
+            approval_id: None,
+            injected_args: Default::default(),
+            offloaded_artifact_id: None,
+        };
+        self.turn.recorder.results(
+            self.root.place(),
+            &[RecordedResult {
+                id: wire_id,
+                call_id,
+                name,
+                content: weft_protocol::INTERRUPTED_RESULT,
+                is_error: true,
+                metadata: &metadata,
+            }],
+        );
+    }
+
     /// Record a final response with no call (a text-only answer) at the root.
     pub fn record_answer(&self, text: &str) {
         self.turn.recorder.assistant(self.root.place(), text, &[]);

@@ -54,6 +54,9 @@ pub trait Recorder: Send + Sync {
     fn text(&self, _place: Place<'_>, _delta: &str) {}
     /// The planner made the turn's plan (before the turn's first round).
     fn plan(&self, _plan: &str) {}
+    /// A workflow node of the turn's run started (`outputs` none: kept before a node that
+    /// may act runs) or completed with its outputs.
+    fn node(&self, _node_id: &str, _outputs: Option<&serde_json::Map<String, serde_json::Value>>) {}
     /// The response about to be recorded at `place` (by [`Recorder::assistant`]) came after
     /// this reasoning.
     fn reasoning(&self, _place: Place<'_>, _reasoning: &str) {}

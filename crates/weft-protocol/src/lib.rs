@@ -29,7 +29,7 @@ pub use inbound::{
     InboundFrame, ECHO_MAX_BYTES, IDENTIFIER_MAX_CHARS, IDENTIFIER_PATTERN,
 };
 pub use metadata::{ApprovalStatus, ToolResultMetadata, ToolResultStatus};
-pub use record::{RecordEntry, RecordItem, RecordedCall, INTERRUPTED_RESULT};
+pub use record::{NodeProgress, RecordEntry, RecordItem, RecordedCall, INTERRUPTED_RESULT};
 pub use tree::{preview, ExecutionTreeNode, ExecutionTreeSnapshot, PREVIEW_MAX_CHARS};
 pub use types::{
     ChatContext, ContentPart, MessageContent, PermissionMode, PolicyClass, ToolCategory,

@@ -56,6 +56,15 @@ pub enum RecordEntry {
     /// The planner's plan for the turn, kept as soon as it was made (a turn taken up after a
     /// crash acts on it).
     Plan { plan: String },
+    /// A node of the turn's workflow run: `started` (kept before a node that may act, such
+    /// as a tool node, runs) or `completed` with its outputs. A run taken up after a crash
+    /// goes on from its completed nodes and does not run a started one again.
+    Node {
+        node_id: String,
+        status: NodeProgress,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outputs: Option<serde_json::Map<String, serde_json::Value>>,
+    },
     /// Compaction (budget awareness): `summary` replaced the earlier conversation in the
     /// model's history, all but the newest `kept_messages` messages before this point.
     Summary { summary: String, kept_messages: u32 },
@@ -64,6 +73,14 @@ pub enum RecordEntry {
         tool_call_id: String,
         trace: Vec<RecordEntry>,
     },
+}
+
+/// How far a workflow node of a turn had got, as its record keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeProgress {
+    Started,
+    Completed,
 }
 
 /// One entry of a thread's whole record (`GET /threads/{id}/items`): its id, the turn it

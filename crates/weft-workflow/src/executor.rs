@@ -16,6 +16,7 @@ use weft_core::NestedCalls;
 use weft_protocol::tree::preview;
 use weft_protocol::ServerEvent;
 
+use crate::checkpoint::{may_act, Checkpoints, CUT_NODE};
 use crate::graph::Graph;
 use crate::node::{NodeContext, Ports, Subgraphs};
 use crate::nodes::io::OUTPUT;
@@ -32,6 +33,21 @@ pub async fn execute(
     limits: &RunLimits,
     job: Job<'_>,
 ) -> RunResult {
+    execute_from(plan, params, host, registry, limits, job, None).await
+}
+
+/// [`execute`], keeping each top-level node's progress in `checkpoints` and going on from
+/// what an earlier life of the run had done (its completed nodes are not run again, and a
+/// node that may have acted when it was cut fails rather than run twice).
+pub async fn execute_from(
+    plan: &Plan,
+    params: &Map<String, Value>,
+    host: &dyn NestedCalls,
+    registry: &NodeRegistry,
+    limits: &RunLimits,
+    job: Job<'_>,
+    checkpoints: Option<&Checkpoints<'_>>,
+) -> RunResult {
     if plan.nesting > limits.max_map_depth {
         let error = nested_too_deep(limits);
         if !job.inner() {
@@ -46,7 +62,7 @@ pub async fn execute(
         budget: &budget,
         depth: 0,
     };
-    run.execute(plan, params, job).await
+    run.execute(plan, params, job, checkpoints).await
 }
 
 fn nested_too_deep(limits: &RunLimits) -> String {
@@ -67,7 +83,13 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    async fn execute(&self, plan: &Plan, params: &Map<String, Value>, job: Job<'_>) -> RunResult {
+    async fn execute(
+        &self,
+        plan: &Plan,
+        params: &Map<String, Value>,
+        job: Job<'_>,
+        checkpoints: Option<&Checkpoints<'_>>,
+    ) -> RunResult {
         let host = self.host;
         let mut progress = Progress::new(plan);
         let mut running = FuturesUnordered::new();
@@ -80,8 +102,17 @@ impl Run<'_> {
                 let Some(i) = progress.ready.pop_front() else {
                     break;
                 };
-                let Some(inputs) = gather(plan, i, &progress.runs, &progress.results) else {
-                    progress.runs[i].status = NodeStatus::Skipped;
+                let settled = checkpoints.is_some_and(|c| progress.earlier(i, c));
+                let inputs = if settled {
+                    None
+                } else {
+                    gather(plan, i, &progress.runs, &progress.results)
+                };
+                // Settled by the run's earlier life, or skipped.
+                let Some(inputs) = inputs else {
+                    if !settled {
+                        progress.runs[i].status = NodeStatus::Skipped;
+                    }
                     node_update(host, job, &progress.runs[i]);
                     progress.release(plan, i);
                     continue;
@@ -89,7 +120,11 @@ impl Run<'_> {
                 node_started(host, job, &progress.runs[i]);
                 running.push(async move {
                     let started = Instant::now();
-                    let outcome = self.run_node(&plan.nodes[i], inputs, params, job).await;
+                    let node = &plan.nodes[i];
+                    let outcome = match keep_start(checkpoints, node).await {
+                        Ok(()) => self.run_node(node, inputs, params, job).await,
+                        Err(e) => Err(e),
+                    };
                     (i, outcome, started.elapsed())
                 });
             }
@@ -99,6 +134,9 @@ impl Run<'_> {
             tokio::select! {
                 Some((i, outcome, took)) = running.next() => {
                     progress.settle(i, outcome, took);
+                    if let (Some(c), Some(outputs)) = (checkpoints, &progress.results[i]) {
+                        c.log.completed(&plan.nodes[i].id, outputs);
+                    }
                     node_update(host, job, &progress.runs[i]);
                     progress.release(plan, i);
                 }
@@ -154,6 +192,14 @@ impl Run<'_> {
     }
 }
 
+/// Keep the start of a node that may act before it runs (with checkpoints).
+async fn keep_start(checkpoints: Option<&Checkpoints<'_>>, node: &PlanNode) -> Result<(), String> {
+    match checkpoints {
+        Some(c) if may_act(node.node_type.as_ref()) => c.log.started(&node.id).await,
+        _ => Ok(()),
+    }
+}
+
 /// Where a run stands: each node's state and output, and what is ready to run.
 struct Progress {
     waiting: Vec<usize>,
@@ -198,6 +244,24 @@ impl Progress {
                 run.error = Some(error);
             }
         }
+    }
+
+    /// Settle node `i` as the run's earlier life left it, if it got anywhere: completed (its
+    /// outputs given back) or cut (failed). False when it is to run.
+    fn earlier(&mut self, i: usize, checkpoints: &Checkpoints<'_>) -> bool {
+        let id = &self.runs[i].node_id;
+        if let Some(outputs) = checkpoints.earlier.completed.get(id) {
+            self.runs[i].status = NodeStatus::Completed;
+            self.runs[i].output = Some(Value::Object(outputs.clone()));
+            self.results[i] = Some(outputs.clone());
+            return true;
+        }
+        if checkpoints.earlier.cut.contains(id) {
+            self.runs[i].status = NodeStatus::Failed;
+            self.runs[i].error = Some(CUT_NODE.to_owned());
+            return true;
+        }
+        false
     }
 
     /// Node `i` is done: its dependants wait for one node fewer.
@@ -282,7 +346,7 @@ impl Nested<'_> {
             prefix: Some(&prefix),
             ..self.job
         };
-        self.run.execute(plan, &params, job).await
+        self.run.execute(plan, &params, job, None).await
     }
 }
 

@@ -3,6 +3,7 @@
 //! model through the turn they run in — gated, budgeted and recorded like tool calls.
 
 pub mod builder;
+pub mod checkpoint;
 pub mod config;
 pub mod editor_prompt;
 pub mod executor;
@@ -17,9 +18,10 @@ pub mod tools;
 pub mod validate;
 
 pub use builder::{BuildWorkflow, BUILD_WORKFLOW};
+pub use checkpoint::{Checkpoints, EarlierRun, NodeLog, CUT_NODE};
 pub use config::WorkflowConfig;
 pub use editor_prompt::editor_prompt;
-pub use executor::execute;
+pub use executor::{execute, execute_from};
 pub use graph::{Edge, Graph, Node};
 pub use node::{NodeContext, NodeType, Ports, Subgraphs};
 pub use registry::{CatalogueEntry, NodeRegistry};

@@ -649,3 +649,142 @@ async fn a_runaway_template_ends_by_itself_within_its_fuel() {
         "{error}"
     );
 }
+
+/// A node that may act (a write), noting each run by node id.
+struct Act(Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait]
+impl NodeType for Act {
+    fn type_name(&self) -> &str {
+        "test.act"
+    }
+    fn description(&self) -> &str {
+        "acts"
+    }
+    fn inputs(&self) -> Value {
+        json!({"type": "object", "properties": {"in": {}}})
+    }
+    fn outputs(&self) -> Value {
+        json!({"type": "object", "properties": {"out": {"type": "string"}}})
+    }
+    fn category(&self) -> weft_protocol::ToolCategory {
+        weft_protocol::ToolCategory::Write
+    }
+    async fn run(&self, inputs: Ports, ctx: &NodeContext<'_>) -> Result<Ports, String> {
+        self.0.lock().unwrap().push(ctx.node_path.to_owned());
+        let seen = inputs.get("in").cloned().unwrap_or(Value::Null);
+        Ok(Ports::from_iter([(
+            "out".to_owned(),
+            json!(format!("acted on {seen}")),
+        )]))
+    }
+}
+
+/// Where a test run keeps its checkpoints: each as a line.
+#[derive(Default)]
+struct Kept(std::sync::Mutex<Vec<String>>);
+
+#[async_trait]
+impl weft_workflow::NodeLog for Kept {
+    async fn started(&self, node_id: &str) -> Result<(), String> {
+        self.0.lock().unwrap().push(format!("{node_id} started"));
+        Ok(())
+    }
+    fn completed(&self, node_id: &str, outputs: &Ports) {
+        self.0.lock().unwrap().push(format!(
+            "{node_id} completed {}",
+            Value::Object(outputs.clone())
+        ));
+    }
+}
+
+#[tokio::test]
+async fn a_run_keeps_its_progress_and_goes_on_from_its_completed_nodes() {
+    use weft_workflow::{execute_from, Checkpoints, EarlierRun, CUT_NODE};
+    let (mut registry, _) = registry();
+    let acted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    registry.register(Arc::new(Act(acted.clone())));
+    // read -> write -> read, and a write of its own.
+    let g = graph(json!({
+        "nodes": [
+            {"id": "a", "type": "test.slow"},
+            {"id": "b", "type": "test.act"},
+            {"id": "c", "type": "test.slow"},
+            {"id": "d", "type": "test.act"},
+            {"id": "after_d", "type": "test.slow"}
+        ],
+        "edges": [
+            {"from": "a", "output": "out", "to": "b", "input": "in"},
+            {"from": "b", "output": "out", "to": "c", "input": "in"},
+            {"from": "d", "output": "out", "to": "after_d", "input": "in"}
+        ]
+    }));
+    let plan = validate(&g, &registry).unwrap();
+    let run_from = |earlier: EarlierRun, kept: &'static Kept| {
+        let checkpoints = Checkpoints { earlier, log: kept };
+        let host = Host::default();
+        let (plan, registry) = (&plan, &registry);
+        async move {
+            let run = execute_from(
+                plan,
+                &Map::new(),
+                &host,
+                registry,
+                &RunLimits::default(),
+                JOB,
+                Some(&checkpoints),
+            )
+            .await;
+            (run, host.node_lines())
+        }
+    };
+
+    // A first life: the writes' starts are kept before they run, every node's outputs after.
+    let kept: &'static Kept = Box::leak(Box::default());
+    let (run, _) = run_from(EarlierRun::default(), kept).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    let mut lines = kept.0.lock().unwrap().clone();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "a completed {\"out\":\"slept\"}",
+            "after_d completed {\"out\":\"slept\"}",
+            "b completed {\"out\":\"acted on \\\"slept\\\"\"}",
+            "b started",
+            "c completed {\"out\":\"slept\"}",
+            "d completed {\"out\":\"acted on null\"}",
+            "d started",
+        ]
+    );
+
+    // Cut after `a` and `b` completed while `d` ran: `a` and `b` are not run again (their
+    // outputs are given back), `d` may have acted so it fails, and what needs it is skipped.
+    acted.lock().unwrap().clear();
+    let entries: Vec<weft_protocol::RecordEntry> = serde_json::from_value(json!([
+        {"kind": "node", "node_id": "a", "status": "completed", "outputs": {"out": "earlier"}},
+        {"kind": "node", "node_id": "b", "status": "started"},
+        {"kind": "node", "node_id": "d", "status": "started"},
+        {"kind": "node", "node_id": "b", "status": "completed", "outputs": {"out": "kept"}}
+    ]))
+    .unwrap();
+    let earlier = EarlierRun::read(&entries);
+    assert_eq!(earlier.cut, ["d".to_owned()].into());
+    let kept: &'static Kept = Box::leak(Box::default());
+    let (run, frames) = run_from(earlier, kept).await;
+    assert!(acted.lock().unwrap().is_empty(), "a node ran again");
+    let node = |id: &str| run.nodes.iter().find(|n| n.node_id == id).unwrap().clone();
+    assert_eq!(node("b").output, Some(json!({"out": "kept"})));
+    assert_eq!(node("c").status, NodeStatus::Completed);
+    assert_eq!(node("d").status, NodeStatus::Failed);
+    assert_eq!(node("d").error.as_deref(), Some(CUT_NODE));
+    assert_eq!(node("after_d").status, NodeStatus::Skipped);
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(
+        *kept.0.lock().unwrap(),
+        ["c completed {\"out\":\"slept\"}"],
+        "only what ran in this life is kept"
+    );
+    assert!(frames.contains(&"a completed".to_owned()), "{frames:?}");
+    assert!(!frames.contains(&"a running".to_owned()), "{frames:?}");
+}

@@ -94,6 +94,7 @@ pub async fn tool_calls(store: &Store, thread_id: &str) -> Result<Vec<ToolCallRo
                 RecordEntry::User { .. }
                 | RecordEntry::Subtask { .. }
                 | RecordEntry::Plan { .. }
+                | RecordEntry::Node { .. }
                 | RecordEntry::Summary { .. } => {}
             }
         }

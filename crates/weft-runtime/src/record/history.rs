@@ -136,7 +136,10 @@ fn turn_pieces(entries: Vec<RecordEntry>) -> Vec<Piece> {
                 summary,
                 kept_messages,
             } => slots.push(Slot::Summary(summary, kept_messages as usize)),
-            RecordEntry::User { .. } | RecordEntry::Subtask { .. } | RecordEntry::Plan { .. } => {}
+            RecordEntry::User { .. }
+            | RecordEntry::Subtask { .. }
+            | RecordEntry::Plan { .. }
+            | RecordEntry::Node { .. } => {}
         }
     }
     slots

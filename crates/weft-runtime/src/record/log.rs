@@ -371,6 +371,25 @@ impl Recorder for TurnLog {
         state.items.push(row);
     }
 
+    /// A workflow node's progress, at the root of the record.
+    fn node(&self, node_id: &str, outputs: Option<&serde_json::Map<String, serde_json::Value>>) {
+        let entry = RecordEntry::Node {
+            node_id: node_id.to_owned(),
+            status: match outputs {
+                Some(_) => weft_protocol::NodeProgress::Completed,
+                None => weft_protocol::NodeProgress::Started,
+            },
+            outputs: outputs.cloned(),
+        };
+        let mut state = self.state.lock();
+        state.next_position += 1;
+        let position = state.next_position - 1;
+        let row = entry_row(self.place(position, None, 0), &entry);
+        state.items.push(row);
+        drop(state);
+        self.flush();
+    }
+
     /// A compaction's summary, at the point of the record where it was made.
     fn summary(&self, place: Place<'_>, summary: &str, kept: usize) {
         let entry = RecordEntry::Summary {

@@ -36,6 +36,8 @@ pub enum ItemKind {
     Summary,
     /// The planner's plan: a `Plan` entry.
     Plan,
+    /// A workflow node's progress: a `Node` entry.
+    Node,
 }
 
 impl ItemKind {
@@ -45,6 +47,7 @@ impl ItemKind {
             ItemKind::ToolResults => "tool_results",
             ItemKind::Summary => "summary",
             ItemKind::Plan => "plan",
+            ItemKind::Node => "node",
         }
     }
 
@@ -54,6 +57,7 @@ impl ItemKind {
             "tool_results" => Some(ItemKind::ToolResults),
             "summary" => Some(ItemKind::Summary),
             "plan" => Some(ItemKind::Plan),
+            "node" => Some(ItemKind::Node),
             _ => None,
         }
     }
@@ -106,6 +110,7 @@ pub fn entry_row(place: ItemPlace<'_>, entry: &RecordEntry) -> ItemRow {
     let kind = match entry {
         RecordEntry::Summary { .. } => ItemKind::Summary,
         RecordEntry::Plan { .. } => ItemKind::Plan,
+        RecordEntry::Node { .. } => ItemKind::Node,
         _ => ItemKind::Assistant,
     };
     place.written(kind, entry)

@@ -364,6 +364,7 @@ fn rounds(root: &[RecordEntry]) -> (Vec<ChatMessage>, Vec<Call>, bool) {
             }
             RecordEntry::Summary { .. }
             | RecordEntry::Plan { .. }
+            | RecordEntry::Node { .. }
             | RecordEntry::User { .. }
             | RecordEntry::Subtask { .. } => {}
         }

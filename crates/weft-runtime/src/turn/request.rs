@@ -55,7 +55,18 @@ impl TurnRequest {
             .as_ref()
             .map(|tools| tools.current())
             .unwrap_or_default();
-        crate::persist::started_with(&self.context, self.memory, &client_tools)
+        let with = crate::persist::started_with(&self.context, self.memory, &client_tools);
+        let Route::Workflow {
+            workflow_id,
+            params,
+        } = &self.route
+        else {
+            return with;
+        };
+        // A workflow turn: which workflow, on which params (absent: the message's text).
+        let mut with = with.unwrap_or_else(|| Value::Object(Map::new()));
+        with["workflow"] = serde_json::json!({"id": workflow_id, "params": params});
+        Some(with)
     }
 
     /// A chat turn on `content`, with everything else left to the defaults.

@@ -1,8 +1,8 @@
 //! Taking up a turn whose process died (this replica took its lease): its thread, agent,
 //! model, permission mode and execution mode as they were, its history rebuilt from the
 //! record, then the turn's task goes on from its last completed round. `classic` and `code`
-//! turns go on (a code turn redoes the run it was cut in); a workflow run or a media
-//! generation is closed instead.
+//! turns go on (a code turn redoes the run it was cut in), a workflow run goes on from its
+//! completed nodes, and a media generation is closed instead.
 
 use std::sync::Arc;
 
@@ -41,8 +41,23 @@ fn started_with(request: &mut TurnRequest, with: &serde_json::Value) {
     }
 }
 
+/// The route a taken-up turn goes on in: its chat mode, or the workflow it ran, as it was
+/// started.
+fn route_of(mode_name: &str, with: &serde_json::Value) -> Route {
+    if mode_name != "workflow" {
+        return Route::Chat {
+            mode: Some(mode_name.to_owned()),
+        };
+    }
+    let workflow = &with["workflow"];
+    Route::Workflow {
+        workflow_id: workflow["id"].as_str().map(str::to_owned),
+        params: workflow["params"].as_object().cloned(),
+    }
+}
+
 /// The execution modes whose turns go on after a restart.
-const RESUMABLE_MODES: [&str; 2] = ["classic", weft_codemode::CODE];
+const RESUMABLE_MODES: [&str; 3] = ["classic", weft_codemode::CODE, "workflow"];
 
 #[async_trait::async_trait]
 impl Resumer for Runtime {
@@ -70,9 +85,6 @@ impl Resumer for Runtime {
         else {
             return Ok(false);
         };
-        let Ok(mode) = self.modes.get(Some(mode_name)) else {
-            return Ok(false);
-        };
         let messages = store.messages(&thread.id).await?;
         let Some(asked) = messages
             .iter()
@@ -94,15 +106,20 @@ impl Resumer for Runtime {
             .unwrap_or_default();
         let mut request = TurnRequest::chat(content);
         request.thread_id = Some(thread.id.clone());
-        request.route = Route::Chat {
-            mode: Some(mode_name.to_owned()),
-        };
+        request.route = route_of(mode_name, &metadata["started_with"]);
         request.permission_mode = Some(permission_mode);
         // On the provider and model it ran on (a message's own choice included).
         request.provider = metadata["provider"].as_str().map(str::to_owned);
         request.model = metadata["model"].as_str().map(str::to_owned);
         started_with(&mut request, &metadata["started_with"]);
         let user = thread.owner.clone();
+        let mode = match self.mode_for(&user, &mut request).await {
+            Ok(mode) => mode.into_mode(&thread.id, &message.id),
+            Err(refusal) => {
+                tracing::warn!(message = %message.id, error = %refusal.message, "cannot take up a turn");
+                return Ok(false);
+            }
+        };
         let setup = match self.setup(&user, &request, Some(&thread)).await {
             Ok(setup) => setup,
             Err(refusal) => {

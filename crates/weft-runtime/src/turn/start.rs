@@ -43,7 +43,7 @@ impl ModeChoice {
         }
     }
 
-    fn into_mode(self, thread_id: &str, message_id: &str) -> Arc<dyn ExecutionMode> {
+    pub(super) fn into_mode(self, thread_id: &str, message_id: &str) -> Arc<dyn ExecutionMode> {
         match self {
             ModeChoice::Registered(mode) => mode,
             ModeChoice::Made { make, .. } => make(thread_id, message_id),
@@ -138,7 +138,7 @@ impl Runtime {
     }
 
     /// The mode the request's route asks for.
-    async fn mode_for(
+    pub(super) async fn mode_for(
         self: &Arc<Self>,
         user: &str,
         request: &mut TurnRequest,

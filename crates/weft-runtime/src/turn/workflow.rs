@@ -1,21 +1,25 @@
 //! Route 1: a saved workflow run as a turn of its thread — the message names the workflow,
 //! the thread's permission mode gates its tool nodes, its frames and record are the turn's,
-//! the run is kept with the thread and message, and the answer names the outputs. A REST run
-//! is the same turn, started by the REST door.
+//! the run is kept with the thread and message, and the answer names the outputs. Its nodes'
+//! progress is in the turn's record, so a run taken up after a crash goes on from its
+//! completed nodes. A REST run is the same turn, started by the REST door.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use weft_core::{ExecutionMode, HostedTurn, TurnOutcome, TurnSpec};
-use weft_protocol::{AgentConfig, ErrorCode, MessageContent};
+use weft_protocol::{AgentConfig, ErrorCode, MessageContent, RecordEntry, RecordedCall};
 use weft_store::now_ms;
 use weft_workflow::{
-    execute, validate_within, Job, RunRecord, RunResult, SavedWorkflow, WorkflowLibrary,
+    execute_from, validate_within, Checkpoints, EarlierRun, Job, NodeLog, RunRecord, RunResult,
+    SavedWorkflow, WorkflowLibrary,
 };
 
 use super::start::ModeChoice;
 use crate::error::Refusal;
+use crate::record::entries;
 use crate::runtime::Runtime;
 use crate::workflows::{saved, StoreLibrary};
 
@@ -107,12 +111,21 @@ impl ExecutionMode for WorkflowTurn {
         let hosted = HostedTurn::start(&spec);
         let run_id = run_id_of(&self.message_id);
         let started_at = now_ms();
+        let earlier = match hosted.take_resume() {
+            Some(_) => self.earlier_run(&hosted).await,
+            None => EarlierRun::default(),
+        };
+        let checkpoints = Checkpoints {
+            earlier,
+            log: &TurnNodes(&hosted),
+        };
         let result = run_hosted(
             &self.runtime,
             &hosted,
             &self.workflow,
             &self.params,
             &run_id,
+            &checkpoints,
         )
         .await;
         hosted.say(&summary(&self.workflow.name, &result));
@@ -143,13 +156,77 @@ impl ExecutionMode for WorkflowTurn {
     }
 }
 
-/// Run `workflow` at the root of `hosted`, under its wall clock.
+impl WorkflowTurn {
+    /// What this run's earlier life did, from the turn's record. The calls it had made and
+    /// never had answered are answered `interrupted` (they are not made again: their node
+    /// was cut, or it is a read and runs whole again), and approvals it was waiting for
+    /// expire with them.
+    async fn earlier_run(&self, hosted: &HostedTurn) -> EarlierRun {
+        let store = &self.runtime.store;
+        let items = match store.turn_items(&self.thread_id, &self.message_id).await {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read a taken-up workflow run's record");
+                return EarlierRun::default();
+            }
+        };
+        let root: Vec<RecordEntry> = items
+            .iter()
+            .filter(|i| i.depth == 0)
+            .flat_map(entries)
+            .collect();
+        if let Err(e) = store.expire_pending_approvals(&self.thread_id).await {
+            tracing::warn!(error = %e, "cannot expire a taken-up workflow run's approvals");
+        }
+        for call in unanswered(&root) {
+            hosted.close_interrupted(&call.id, &call.call_id, &call.name);
+        }
+        EarlierRun::read(&root)
+    }
+}
+
+/// The calls in `root` with no result.
+fn unanswered(root: &[RecordEntry]) -> Vec<&RecordedCall> {
+    let answered: HashSet<&str> = root
+        .iter()
+        .filter_map(|e| match e {
+            RecordEntry::ToolResult { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    root.iter()
+        .filter_map(|e| match e {
+            RecordEntry::Assistant { tool_calls, .. } => Some(tool_calls),
+            _ => None,
+        })
+        .flatten()
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .collect()
+}
+
+/// A run's checkpoints kept in its turn's record.
+struct TurnNodes<'a>(&'a HostedTurn);
+
+#[async_trait]
+impl NodeLog for TurnNodes<'_> {
+    async fn started(&self, node_id: &str) -> Result<(), String> {
+        self.0.node_started(node_id).await
+    }
+
+    fn completed(&self, node_id: &str, outputs: &Map<String, Value>) {
+        self.0.node_completed(node_id, outputs);
+    }
+}
+
+/// Run `workflow` at the root of `hosted`, under its wall clock, going on from what an
+/// earlier life of the run did.
 async fn run_hosted(
     state: &Runtime,
     hosted: &HostedTurn,
     workflow: &SavedWorkflow,
     params: &Map<String, Value>,
     run_id: &str,
+    checkpoints: &Checkpoints<'_>,
 ) -> RunResult {
     let site = hosted.root_site();
     let job = Job {
@@ -170,7 +247,15 @@ async fn run_hosted(
             return failed(format!("invalid_graph: {}", errors.join("; ")));
         }
     };
-    let run = execute(&plan, params, &site, registry, &limits, job);
+    let run = execute_from(
+        &plan,
+        params,
+        &site,
+        registry,
+        &limits,
+        job,
+        Some(checkpoints),
+    );
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => result,
