@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_protocol::{clip, AgentConfig, AgentConfigError, ErrorCode, DEFAULT_AGENT};
 
-use crate::error::Refusal;
 use crate::runtime::Runtime;
+use weft_frames::Refusal;
 
 /// The agent a turn runs: the one the message names, else the thread's, else the default.
 pub async fn resolve(

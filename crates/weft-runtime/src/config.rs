@@ -22,20 +22,20 @@ pub struct Config {
     pub pricing: RateCard,
     /// Extra or overriding model context windows (tokens), beside the prices.
     pub context_windows: ContextWindows,
-    pub assets: AssetsConfig,
+    pub assets: weft_services::assets::AssetsConfig,
     /// Code mode's sandbox limits.
     pub code: weft_codemode::Limits,
     pub workflow: weft_workflow::WorkflowConfig,
     /// Web search and page fetching.
     pub web: weft_tools::web::WebConfig,
     /// An embeddings endpoint for hybrid collection search (absent: full text only).
-    pub embeddings: crate::embeddings::EmbeddingsConfig,
+    pub embeddings: weft_services::embeddings::EmbeddingsConfig,
     /// Image and speech generation.
     pub media: weft_providers::MediaConfig,
     /// MCP servers whose tools the agent may use (those `policy.allowed_mcp_servers` names).
     pub mcp: weft_tools::mcp::McpConfig,
     /// Replicas sharing one database: turn leases and the heartbeat.
-    pub cluster: crate::leases::ClusterConfig,
+    pub cluster: weft_cluster::leases::ClusterConfig,
     /// OpenTelemetry traces.
     pub telemetry: TelemetryConfig,
 }
@@ -60,46 +60,6 @@ impl Default for TelemetryConfig {
             otlp_endpoint: String::new(),
             capture_content: false,
             service_name: "weft".to_owned(),
-        }
-    }
-}
-
-/// Where asset bytes (offloaded tool results, media) are kept.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct AssetsConfig {
-    /// A local directory (created if missing).
-    pub dir: PathBuf,
-    /// The largest file kept (offloaded results, screenshots, generated media).
-    pub max_bytes: usize,
-    /// Keep the bytes in an S3-compatible bucket instead of `dir`.
-    pub s3: Option<S3Config>,
-}
-
-/// `[assets.s3]`: an S3-compatible bucket (AWS, MinIO, Ceph, R2…). Credentials absent here
-/// come from the usual `AWS_*` environment variables.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Config {
-    pub bucket: String,
-    #[serde(default = "default_region")]
-    pub region: String,
-    /// A non-AWS endpoint (`http://127.0.0.1:9000`); path-style requests are used with it.
-    pub endpoint: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-}
-
-fn default_region() -> String {
-    "us-east-1".to_owned()
-}
-
-impl Default for AssetsConfig {
-    fn default() -> Self {
-        AssetsConfig {
-            dir: PathBuf::from("data/assets"),
-            max_bytes: 50 * 1024 * 1024,
-            s3: None,
         }
     }
 }

@@ -9,13 +9,13 @@ use std::time::Duration;
 use weft_protocol::{echo, ApprovalDecision, ErrorCode, PermissionMode, ServerEvent};
 use weft_store::{MessageRow, WriteOp};
 
-use crate::bus::Command;
-use crate::error::Refusal;
-use crate::frame::{FrameSink, SubscriberId};
-use crate::persist::to_wire;
-use crate::record::views::{root_text, stored_message, tree_from_items};
 use crate::runtime::Runtime;
 use crate::threads::{turn_seq_floor, ThreadRuntime};
+use weft_cluster::bus::Command;
+use weft_frames::frame::{FrameSink, SubscriberId};
+use weft_frames::Refusal;
+use weft_record::persist::to_wire;
+use weft_record::views::{root_text, stored_message, tree_from_items};
 
 /// The most of a reason for a decision the model is shown.
 const MAX_REASON_BYTES: usize = 1_000;
@@ -113,9 +113,9 @@ impl Runtime {
             }
             // Its turn's replica died and no replica runs the turn yet (or this one is
             // taking it up): nothing here to stop until one does.
-            None if self.bus.is_some() && self.awaits_takeover(thread_id).await? => {
-                Err(Refusal::new(ErrorCode::Internal, crate::bus::UNANSWERED))
-            }
+            None if self.bus.is_some() && self.awaits_takeover(thread_id).await? => Err(
+                Refusal::new(ErrorCode::Internal, weft_cluster::bus::UNANSWERED),
+            ),
             None => self.stop_here(user, thread_id, false).await,
         }
     }

@@ -1,4 +1,5 @@
-//! Prometheus metrics: turns, tool calls, model calls, tokens, errors, open sockets.
+//! Prometheus metrics: turns, tool calls, model calls, tokens, errors, open sockets, the
+//! writer's commits, start waits, and the cluster's own ([`weft_cluster::ClusterMetrics`]).
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -46,16 +47,8 @@ pub struct Metrics {
     /// Rows per commit.
     pub batch_rows: Histogram,
     pub commit_seconds: Histogram,
-    /// Turn leases this replica holds now.
-    pub leases_held: Gauge,
-    /// Leases of turns a dead replica left, taken to close them.
-    pub leases_taken: Counter,
-    /// Leases this replica lost while its turn ran (it stopped the turn).
-    pub leases_lost: Counter,
-    /// Frames this replica published for followers on other replicas.
-    pub bus_published: Counter,
-    /// Commands sent to other replicas, and how long their answers took.
-    pub bus_request_seconds: Histogram,
+    /// Leases and the bus.
+    pub cluster: std::sync::Arc<weft_cluster::ClusterMetrics>,
     /// Rounds held back for turns that began starting before them, and for how long.
     pub start_waits_seconds: Histogram,
 }
@@ -88,10 +81,6 @@ impl Default for Metrics {
                 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
             ])
         };
-        let bus_seconds = Histogram::new([
-            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0,
-        ]);
-        let leases = "Leases of turns a dead replica left, taken to close them";
         let starts = "Rounds of running turns held back for turns starting before them \
                       (server.start_priority_ms)";
         Metrics {
@@ -137,31 +126,7 @@ impl Default for Metrics {
                 "Time to write and commit one batch",
                 seconds(),
             ),
-            leases_held: registered(
-                r,
-                "leases_held",
-                "Turn leases this replica holds",
-                Gauge::default(),
-            ),
-            leases_taken: registered(r, "leases_taken", leases, Counter::default()),
-            leases_lost: registered(
-                r,
-                "leases_lost",
-                "Leases lost while their turn ran (the turn stopped)",
-                Counter::default(),
-            ),
-            bus_published: registered(
-                r,
-                "bus_published",
-                "Frames published on the bus for followers on other replicas",
-                Counter::default(),
-            ),
-            bus_request_seconds: registered(
-                r,
-                "bus_request_seconds",
-                "Round trips of commands sent to other replicas",
-                bus_seconds,
-            ),
+            cluster: std::sync::Arc::new(weft_cluster::ClusterMetrics::registered(r)),
             start_waits_seconds: registered(r, "start_waits_seconds", starts, seconds()),
             registry,
         }
@@ -200,7 +165,7 @@ mod tests {
     fn every_metric_is_registered_and_counts_in_the_output() {
         let metrics = Metrics::default();
         metrics.tool_calls.inc();
-        metrics.leases_held.set(3);
+        metrics.cluster.leases_held.set(3);
         metrics.start_waits_seconds.observe(0.003);
         let out = metrics.render();
         for name in [

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use weft_store::now_ms;
 
-use crate::bus::{Bus, BusFrames, Command, CommandHandler};
-use crate::error::Refusal;
-use crate::frame::{FrameSink, Outgoing};
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
+use weft_cluster::bus::{Bus, BusFrames, Command, CommandHandler};
+use weft_frames::frame::{FrameSink, Outgoing};
+use weft_frames::Refusal;
 
 /// The replica running a thread's turn, when it is another one.
 #[derive(Clone)]
@@ -82,7 +82,7 @@ impl Runtime {
         if let Err(refusal) = asked {
             // An owner that does not answer (it died, its lease not yet expired) or that died
             // is followed until another replica takes its turn up, or it is found ended.
-            let unanswered = refusal.message == crate::bus::UNANSWERED;
+            let unanswered = refusal.message == weft_cluster::bus::UNANSWERED;
             if !unanswered && self.turn_taken_over(&thread.id, &remote.replica).await != Owner::Dead
             {
                 thread.stop_following(sink.id());

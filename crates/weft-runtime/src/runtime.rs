@@ -2,12 +2,12 @@
 //! modes, the composed toolbelts, the services (assets, knowledge, media, workflows, MCP),
 //! the live threads, per-user limits, metrics — and the shutdown token.
 
-use crate::leases::Leases;
-use crate::leases::Recovery;
-use crate::recovery::{recover_orphaned_turns, spawn_heartbeat, Resumer, Sweep};
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use weft_cluster::leases::Leases;
+use weft_cluster::leases::Recovery;
+use weft_cluster::recovery::{recover_orphaned_turns, spawn_heartbeat, Resumer, Sweep};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -20,21 +20,21 @@ use weft_tools::knowledge::KnowledgeBase;
 use weft_tools::web::AssetSink;
 use weft_workflow::{NodeRegistry, Workflows};
 
-use crate::assets::AssetStore;
-use crate::bus::{Bus, CommandHandler};
 use crate::client_tools::PendingClientCalls;
 use crate::config::Config;
-use crate::embeddings::Embedder;
-use crate::error::Refusal;
-use crate::frame::{SubscriberId, SubscriberIds};
-use crate::knowledge::Knowledge;
 use crate::limits::UserLimits;
 use crate::metrics::Metrics;
-use crate::read_artifact::ReadArtifact;
 use crate::starts::Starts;
 use crate::threads::ThreadHub;
-use crate::workflows::StoreLibrary;
+use weft_cluster::bus::{Bus, CommandHandler};
+use weft_frames::frame::{SubscriberId, SubscriberIds};
+use weft_frames::Refusal;
 use weft_providers::{MediaGenerators, Providers};
+use weft_services::assets::AssetStore;
+use weft_services::embeddings::Embedder;
+use weft_services::knowledge::Knowledge;
+use weft_services::read_artifact::ReadArtifact;
+use weft_services::workflows::StoreLibrary;
 
 pub struct Runtime {
     pub config: Config,
@@ -133,11 +133,11 @@ impl Runtime {
         let metrics = Arc::new(Metrics::default());
         store.observe_writes(metrics.clone());
         let fenced = store.backend() == weft_store::Backend::Postgres;
-        let leases = Leases::new(&config.cluster, metrics.clone(), fenced);
+        let leases = Leases::new(&config.cluster, metrics.cluster.clone(), fenced);
         let bus = match config.cluster.nats_url.as_str() {
             "" => None,
             url => Some(
-                Bus::connect(url, leases.replica_id(), metrics.clone())
+                Bus::connect(url, leases.replica_id(), metrics.cluster.clone())
                     .await
                     .map_err(StartupError::Bus)?,
             ),

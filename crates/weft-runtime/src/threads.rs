@@ -10,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 use weft_core::{PermissionGate, CHUNK_MAX_BYTES};
 use weft_protocol::{PermissionMode, ServerEvent, ServerFrame};
 
-use crate::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
-use crate::record::TurnLog;
-use crate::replay::{Missed, Replay};
+use weft_frames::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
+use weft_frames::replay::{Missed, Replay};
+use weft_record::TurnLog;
 
 /// Where the `seq` of the turn answering with the message at `position` starts at the
 /// latest: 2^26 per position in the thread. Turns of a thread run one at a time, each at a
@@ -598,7 +598,7 @@ mod tests {
             t.end();
         }
         granted.gate.allow_for_chat("write_file");
-        let (sink, _frames) = crate::frame::ChannelSink::new(1, 1 << 20);
+        let (sink, _frames) = weft_frames::frame::ChannelSink::new(1, 1 << 20);
         watched.subscribe(sink);
         assert!(running.try_begin(CancellationToken::new(), "m"));
         assert_eq!(hub.sweep(std::time::Duration::ZERO), 2);
@@ -619,7 +619,7 @@ mod tests {
     fn text_held_before_the_start_commits_goes_out_as_one_chunk_per_level() {
         let hub = ThreadHub::new(1 << 20);
         let thread = hub.get_or_insert("t", "u", PermissionMode::Default);
-        let (sink, mut frames) = crate::frame::ChannelSink::new(1, 1 << 20);
+        let (sink, mut frames) = weft_frames::frame::ChannelSink::new(1, 1 << 20);
         thread.subscribe(sink);
         let chunk = |text: &str, parent: Option<&str>| ServerEvent::Chunk {
             content: text.to_owned(),
@@ -660,8 +660,8 @@ mod tests {
         for t in &threads[..3] {
             assert!(t.try_begin(CancellationToken::new(), "m"));
         }
-        let (leaving, _frames) = crate::frame::ChannelSink::new(1, 1 << 20);
-        let (staying, _more) = crate::frame::ChannelSink::new(2, 1 << 20);
+        let (leaving, _frames) = weft_frames::frame::ChannelSink::new(1, 1 << 20);
+        let (staying, _more) = weft_frames::frame::ChannelSink::new(2, 1 << 20);
         threads[0].subscribe(leaving.clone());
         threads[0].subscribe(leaving.clone());
         threads[1].subscribe(leaving.clone());

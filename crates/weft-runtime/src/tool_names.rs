@@ -6,8 +6,8 @@ use weft_core::prompts;
 use weft_protocol::{AgentConfig, ChatContext, ToolAvailability};
 
 use crate::client_tools::is_client_tool_name;
-use crate::error::Refusal;
 use crate::runtime::{Runtime, MCP_PREFIX};
+use weft_frames::Refusal;
 
 impl Runtime {
     /// How this server knows `name`, as a tool an agent could be given.

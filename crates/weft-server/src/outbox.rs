@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
+use weft_frames::frame::SubscriberId;
 use weft_protocol::ServerFrame;
-use weft_runtime::frame::SubscriberId;
 use weft_runtime::{FrameSink, Outgoing, SharedFrame};
 
 use crate::codec::Wire;

@@ -79,7 +79,7 @@ async fn allow_runs_the_call_and_records_the_outcome() {
             .collect::<Vec<_>>(),
         vec!["approved", "approved"]
     );
-    let audit = weft_runtime::record::audit::tool_calls(server.store(), &thread)
+    let audit = weft_record::audit::tool_calls(server.store(), &thread)
         .await
         .unwrap();
     assert!(audit

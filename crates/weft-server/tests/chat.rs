@@ -176,7 +176,7 @@ async fn parallel_subtasks_nest_and_the_tree_reloads_over_rest() {
     let message_id = messages[1]["id"].as_str().unwrap();
     let row = server.store().message(&thread, message_id).await.unwrap();
     assert_eq!(row.unwrap().execution_tree, None);
-    let audit = weft_runtime::record::audit::tool_calls(server.store(), &thread)
+    let audit = weft_record::audit::tool_calls(server.store(), &thread)
         .await
         .unwrap();
     assert_eq!(audit.len(), 2);

@@ -497,7 +497,7 @@ async fn assets_can_live_in_an_s3_compatible_bucket() {
         .await;
     let endpoint = s3.uri();
     let server = TestServer::start_with(script(), move |c| {
-        c.assets.s3 = Some(weft_server::config::S3Config {
+        c.assets.s3 = Some(weft_services::assets::S3Config {
             bucket: "weft".into(),
             region: "us-east-1".into(),
             endpoint: Some(endpoint),

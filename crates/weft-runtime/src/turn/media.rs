@@ -16,8 +16,8 @@ use weft_providers::media::Generated;
 use weft_tools::web::AssetSink;
 
 use super::start::ModeChoice;
-use crate::error::Refusal;
 use crate::runtime::Runtime;
+use weft_frames::Refusal;
 
 /// What to generate.
 #[derive(Clone)]

@@ -4,8 +4,8 @@
 use weft_protocol::ErrorCode;
 use weft_store::{MessageRow, ThreadRow};
 
-use crate::error::Refusal;
 use crate::runtime::Runtime;
+use weft_frames::Refusal;
 
 impl Runtime {
     /// The place in its thread of the answer `replaces` names: a finished assistant message

@@ -9,7 +9,7 @@ use weft_protocol::{
 };
 
 use crate::client_tools::ClientToolset;
-use crate::error::Refusal;
+use weft_frames::Refusal;
 
 /// Where a request goes: in this order, the saved workflow it names, the media it asks for,
 /// else the chat agent.
@@ -48,14 +48,14 @@ pub struct TurnRequest {
 
 impl TurnRequest {
     /// What the turn is started with beyond the defaults, kept for a life that takes it up
-    /// after a crash (see [`crate::persist::started_with`]).
+    /// after a crash (see [`weft_record::persist::started_with`]).
     pub(crate) fn started_with(&self) -> Option<Value> {
         let client_tools = self
             .client_tools
             .as_ref()
             .map(|tools| tools.current())
             .unwrap_or_default();
-        let with = crate::persist::started_with(&self.context, self.memory, &client_tools);
+        let with = weft_record::persist::started_with(&self.context, self.memory, &client_tools);
         let Route::Workflow {
             workflow_id,
             params,

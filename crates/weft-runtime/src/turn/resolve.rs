@@ -9,8 +9,8 @@ use weft_store::ThreadRow;
 
 use super::request::TurnRequest;
 use crate::agents;
-use crate::error::Refusal;
 use crate::runtime::Runtime;
+use weft_frames::Refusal;
 
 /// A turn's agent and model.
 pub(super) struct Setup {
@@ -75,7 +75,7 @@ impl Runtime {
                         format!("chat_context.workflow_id: no workflow `{id}` of yours"),
                     )
                 })?;
-                Some(crate::workflows::saved(&row).map_err(Refusal::internal)?)
+                Some(weft_services::workflows::saved(&row).map_err(Refusal::internal)?)
             }
         };
         Ok(Some(weft_workflow::editor_prompt(open.as_ref())))

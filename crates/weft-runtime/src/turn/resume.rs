@@ -16,11 +16,11 @@ use super::resolve::Setup;
 use super::start::Claim;
 use super::task::{Launch, Resumed};
 use crate::client_tools::ClientToolset;
-use crate::record::history::provider_history;
-use crate::record::resume_point::{resume_point, ResumePoint};
-use crate::recovery::Resumer;
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
+use weft_cluster::recovery::Resumer;
+use weft_record::history::provider_history;
+use weft_record::resume_point::{resume_point, ResumePoint};
 
 /// What the turn was started with beyond the defaults, as its running message keeps it
 /// (`persist::started_with`): the chat context, long-term memory, the client's `ui_*` tools

@@ -12,11 +12,11 @@ use weft_protocol::{AgentConfig, ErrorCode};
 use weft_store::{new_id, now_ms, ThreadRow};
 
 use super::request::{Route, TurnRequest};
-use crate::error::Refusal;
-use crate::frame::FrameSink;
 use crate::limits::TurnSlot;
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
+use weft_frames::frame::FrameSink;
+use weft_frames::Refusal;
 
 /// A turn that started: where its frames go and which message it answers with.
 #[derive(Debug, Clone, PartialEq, Eq)]

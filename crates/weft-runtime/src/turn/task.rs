@@ -21,17 +21,17 @@ use weft_store::{new_id, now_ms, Done, NewMessage, StoreError, ThreadRow, WriteO
 use super::request::TurnRequest;
 use super::resolve::Setup;
 use super::start::Claim;
-use crate::error::Refusal;
-use crate::leases::TurnLease;
 use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
-use crate::persist::{end_error, end_status, finish_turn, running_message_with, TurnRecord};
-use crate::record::history::provider_history;
-use crate::record::resume_point::ResumePoint;
-use crate::record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 use crate::runtime::Runtime;
 use crate::starts::StartEnds;
 use crate::threads::{resumed_seq_floor, turn_seq_floor, ThreadRuntime};
+use weft_cluster::leases::TurnLease;
+use weft_frames::Refusal;
+use weft_record::history::provider_history;
+use weft_record::persist::{end_error, end_status, finish_turn, running_message_with, TurnRecord};
+use weft_record::resume_point::ResumePoint;
+use weft_record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
 
 /// Everything a turn's task starts from.
 pub(super) struct Launch {

@@ -18,10 +18,10 @@ use weft_workflow::{
 };
 
 use super::start::ModeChoice;
-use crate::error::Refusal;
-use crate::record::entries;
 use crate::runtime::Runtime;
-use crate::workflows::{saved, StoreLibrary};
+use weft_frames::Refusal;
+use weft_record::entries;
+use weft_services::workflows::{saved, StoreLibrary};
 
 /// The run of a turn is kept as `run_<message id>`.
 pub fn run_id_of(message_id: &str) -> String {

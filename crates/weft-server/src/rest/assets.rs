@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use weft_protocol::ErrorCode;
-use weft_runtime::assets::AssetError;
+use weft_services::assets::AssetError;
 
 use super::openapi::add_response;
 use super::paths::IdPath;

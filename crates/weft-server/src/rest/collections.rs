@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use weft_protocol::ErrorCode;
-use weft_runtime::knowledge::{Body, Format};
-use weft_runtime::persist::rfc3339;
+use weft_record::persist::rfc3339;
+use weft_services::knowledge::{Body, Format};
 use weft_store::{CollectionRow, DocumentRow};
 
 use super::openapi::Created;

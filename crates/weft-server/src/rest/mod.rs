@@ -10,7 +10,6 @@ pub mod collections;
 pub mod health;
 pub mod openapi;
 pub mod paths;
-pub mod prompt_view;
 pub mod prompts;
 pub mod threads;
 pub mod workflows;

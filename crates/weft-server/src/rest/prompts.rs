@@ -19,18 +19,18 @@ use futures::Stream;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
+use weft_frames::frame::{ChannelFrames, Delivered, SubscriberId};
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
-use weft_runtime::frame::{ChannelFrames, Delivered, SubscriberId};
-use weft_runtime::record::views::stored_message;
+use weft_record::views::stored_message;
 use weft_runtime::{ChannelSink, FrameSink, Outgoing, Route, Runtime, SharedFrame, TurnRequest};
 use weft_store::MessageRow;
 
 use super::openapi::add_response;
 use super::paths::IdPath;
-use super::prompt_view::{prompt_json, Prompt};
 use super::{ApiError, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
+use weft_record::prompt_view::{prompt_json, Prompt};
 
 /// A prompt to run: a turn of a new thread, or of `conversation_id`.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -10,8 +10,8 @@ use axum::Json;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use weft_protocol::{ErrorCode, PermissionMode, RecordEntry, RecordItem, StoredMessage};
-use weft_runtime::persist::rfc3339;
-use weft_runtime::record::views::{thread_messages, thread_record, turn_trace};
+use weft_record::persist::rfc3339;
+use weft_record::views::{thread_messages, thread_record, turn_trace};
 use weft_runtime::Runtime;
 use weft_store::ThreadRow;
 

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
-use weft_runtime::persist::rfc3339;
+use weft_record::persist::rfc3339;
 use weft_runtime::turn::run_id_of;
 use weft_runtime::{ChannelSink, Route, TurnRequest};
 use weft_store::{new_id, now_ms, WorkflowRow, WorkflowRunRow};

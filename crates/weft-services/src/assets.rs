@@ -4,7 +4,7 @@
 //! their owner only.
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -49,7 +49,7 @@ impl AssetStore {
 
     /// Assets kept in an S3-compatible bucket.
     pub fn s3(
-        config: &crate::config::S3Config,
+        config: &S3Config,
         store: Store,
         max_bytes: usize,
     ) -> Result<AssetStore, object_store::Error> {
@@ -216,5 +216,45 @@ fn call_ids(value: &serde_json::Value, into: &mut Vec<String>) {
         }
         serde_json::Value::Array(list) => list.iter().for_each(|v| call_ids(v, into)),
         _ => {}
+    }
+}
+
+/// Where asset bytes (offloaded tool results, media) are kept.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct AssetsConfig {
+    /// A local directory (created if missing).
+    pub dir: PathBuf,
+    /// The largest file kept (offloaded results, screenshots, generated media).
+    pub max_bytes: usize,
+    /// Keep the bytes in an S3-compatible bucket instead of `dir`.
+    pub s3: Option<S3Config>,
+}
+
+/// `[assets.s3]`: an S3-compatible bucket (AWS, MinIO, Ceph, R2…). Credentials absent here
+/// come from the usual `AWS_*` environment variables.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    pub bucket: String,
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// A non-AWS endpoint (`http://127.0.0.1:9000`); path-style requests are used with it.
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
+fn default_region() -> String {
+    "us-east-1".to_owned()
+}
+
+impl Default for AssetsConfig {
+    fn default() -> Self {
+        AssetsConfig {
+            dir: PathBuf::from("data/assets"),
+            max_bytes: 50 * 1024 * 1024,
+            s3: None,
+        }
     }
 }

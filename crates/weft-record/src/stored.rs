@@ -13,7 +13,7 @@ use weft_core::json_text::{Error, JsonWriter};
 use weft_core::{Call, RecordedResult};
 use weft_protocol::{ApprovalStatus, RecordEntry, ToolResultMetadata, ToolResultStatus};
 
-use crate::frame_text::open_metadata;
+use weft_frames::open_metadata;
 
 /// One entry of a results item, as stored.
 pub(super) struct StoredEntry<'a>(pub &'a RecordEntry);

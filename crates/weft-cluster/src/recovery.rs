@@ -18,8 +18,8 @@ use weft_protocol::{
 use weft_store::{now_ms, Backend, ItemRow, LeaseRenewer, MessageRow, Store, StoreError, WriteOp};
 
 use crate::leases::Leases;
-use crate::record::views::root_text;
-use crate::record::{entries, results_row, ItemPlace};
+use weft_record::views::root_text;
+use weft_record::{entries, results_row, ItemPlace};
 
 /// Takes up a turn whose lease this replica took.
 #[async_trait::async_trait]

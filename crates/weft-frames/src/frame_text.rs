@@ -247,7 +247,7 @@ fn execution_tree_text(json: &mut JsonWriter<'_>, tree: &ExecutionTreeSnapshot) 
 /// a tool call's metadata as far as the fields it always has, the object left open (the
 /// record's rows write the rest only when set). Every field is named: one added does not
 /// compile until it is written here or after.
-pub(crate) fn open_metadata(json: &mut JsonWriter<'_>, metadata: &ToolResultMetadata) {
+pub fn open_metadata(json: &mut JsonWriter<'_>, metadata: &ToolResultMetadata) {
     let ToolResultMetadata {
         status,
         started_at,

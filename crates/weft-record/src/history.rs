@@ -9,7 +9,7 @@ use weft_core::{prompts, ChatMessage, Role, ToolCallRequest};
 use weft_protocol::{MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
-use super::entries;
+use crate::entries;
 use weft_core::{bytes_bound, TokenCounter};
 
 /// What the model sees for a turn that ended before producing anything, so a user message

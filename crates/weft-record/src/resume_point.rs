@@ -14,7 +14,7 @@ use weft_core::{
 use weft_protocol::{RecordEntry, RecordedCall, ServerEvent, ToolCallStatus};
 use weft_store::{ApprovalRow, ItemRow, ModelCallRow};
 
-use super::{entries, entry_row, shown_parent, ItemPlace};
+use crate::{entries, entry_row, shown_parent, ItemPlace};
 
 /// A cut turn as its record leaves it.
 #[derive(Debug, Clone, PartialEq)]
@@ -457,8 +457,8 @@ mod tests {
 
     use weft_protocol::RecordedCall;
 
-    use super::super::results_row;
     use super::*;
+    use crate::results_row;
 
     fn place(position: i64, parent_id: Option<&str>, depth: u32) -> ItemPlace<'_> {
         static THREAD: LazyLock<Arc<str>> = LazyLock::new(|| "t".into());
@@ -702,6 +702,6 @@ mod tests {
     }
 
     fn root_text_of(items: &[ItemRow]) -> String {
-        crate::record::views::root_text(items)
+        crate::views::root_text(items)
     }
 }

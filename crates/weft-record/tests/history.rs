@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use weft_core::{ChatMessage, Role, TokenCounter};
 use weft_protocol::RecordEntry;
-use weft_runtime::record::history::{provider_history, NO_ANSWER};
+use weft_record::history::{provider_history, NO_ANSWER};
 use weft_store::{ItemRow, MessageRow};
 
 fn message(id: &str, role: &str, text: &str, status: &str) -> MessageRow {

@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use weft_protocol::{ApprovalDecision, ErrorCode, PermissionMode};
 
-use crate::error::Refusal;
-use crate::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
-use crate::metrics::Metrics;
+use crate::metrics::ClusterMetrics;
+use weft_frames::frame::{FrameSink, Outgoing, SharedFrame, SubscriberId};
+use weft_frames::Refusal;
 
 /// How long a command waits for the owner's answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -79,7 +79,7 @@ struct Answer {
 pub struct Bus {
     client: async_nats::Client,
     replica_id: String,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ClusterMetrics>,
     /// This replica's followers on other replicas: their inbox → their subscriber id here.
     followers: Arc<Mutex<HashMap<String, SubscriberId>>>,
     /// Counts the connections to NATS made after the first (a restart of the server, a
@@ -106,7 +106,7 @@ impl Bus {
     pub async fn connect(
         url: &str,
         replica_id: &str,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ClusterMetrics>,
     ) -> Result<Arc<Bus>, String> {
         let (reconnects, _) = tokio::sync::watch::channel(0u64);
         let counted = reconnects.clone();
@@ -414,8 +414,7 @@ const MIN_PART: usize = 4096;
 const MAX_JOINED: usize = 64 << 20;
 
 /// What a caller is told when the replica running a turn did not answer.
-pub(crate) const UNANSWERED: &str =
-    "the replica running this thread's turn did not answer; try again";
+pub const UNANSWERED: &str = "the replica running this thread's turn did not answer; try again";
 
 fn unavailable(message: String) -> Refusal {
     tracing::warn!("{message}");

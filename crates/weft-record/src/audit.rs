@@ -8,7 +8,7 @@ use weft_protocol::tree::preview;
 use weft_protocol::{ApprovalStatus, RecordEntry, ToolResultStatus};
 use weft_store::{Store, StoreError};
 
-use super::entries;
+use crate::entries;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallRow {
@@ -50,7 +50,7 @@ pub async fn tool_calls(store: &Store, thread_id: &str) -> Result<Vec<ToolCallRo
                         rows.push(ToolCallRow {
                             message_id: item.message_id.to_string(),
                             tool_call_id: call.id,
-                            parent_id: super::shown_parent(item).map(str::to_owned),
+                            parent_id: crate::shown_parent(item).map(str::to_owned),
                             depth: item.depth,
                             tool: call.name,
                             arguments: preview(&call.arguments),

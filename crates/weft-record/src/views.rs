@@ -12,8 +12,8 @@ use weft_protocol::{
 };
 use weft_store::{ItemRow, MessageRow, Store, StoreError};
 
-use super::{entries, ItemKind};
 use crate::persist::{rfc3339, to_wire};
+use crate::{entries, ItemKind};
 
 /// The whole root-level record of a thread, in order: each user message, then its turn's
 /// assistant messages and tool results.
@@ -82,7 +82,7 @@ pub fn turn_trace(items: &[ItemRow]) -> Vec<RecordEntry> {
     let mut children: HashMap<&str, Vec<&ItemRow>> = HashMap::new();
     let mut roots = Vec::new();
     for item in items {
-        match super::shown_parent(item) {
+        match crate::shown_parent(item) {
             Some(parent) => children.entry(parent).or_default().push(item),
             None => roots.push(item),
         }
@@ -158,7 +158,7 @@ pub fn tree_from_items(items: &[ItemRow]) -> ExecutionTreeSnapshot {
                             .unwrap_or_else(|_| Value::String(call.arguments.clone()));
                         tree.start(
                             &call.id,
-                            super::shown_parent(item),
+                            crate::shown_parent(item),
                             &call.name,
                             Some(&args),
                             depth,

@@ -10,9 +10,9 @@ use serde_json::Value;
 use weft_protocol::{ContentPart, MessageContent, RecordEntry};
 use weft_store::{ItemRow, MessageRow};
 
-use weft_runtime::persist::rfc3339;
-use weft_runtime::record::entries;
-use weft_runtime::record::views::root_text;
+use crate::entries;
+use crate::persist::rfc3339;
+use crate::views::root_text;
 
 /// A prompt: one turn as the prompt API shows it.
 #[derive(Debug, Serialize, JsonSchema)]

@@ -1,19 +1,6 @@
-//! The conversation record, owned here. A turn's record is a series of stored items at every
-//! depth: a response (`assistant`: its text and tool calls), a round's results
-//! (`tool_results`), a compaction's `summary`. This module says what an item is
-//! ([`ItemKind`]), builds one ([`entry_row`], [`response_row`], [`round_row`],
-//! [`results_row`]) and reads one back ([`entries`], the only parser); the writer side is
-//! [`TurnLog`], and the readings are the provider history ([`history`]), the views people read
-//! ([`views`]) and the audit log ([`audit`]).
-
-pub mod audit;
-pub mod history;
-mod log;
-pub mod resume_point;
-mod stored;
-pub mod views;
-
-pub use log::{TurnLog, FLUSH_EVERY, LEASE_LOST};
+//! What a stored item of the record is ([`ItemKind`]), how one is built ([`entry_row`],
+//! [`response_row`], [`round_row`], [`results_row`]) and read back ([`entries`], the only
+//! parser).
 
 use std::sync::Arc;
 
@@ -23,7 +10,7 @@ use weft_core::{Call, RecordedResult};
 use weft_protocol::RecordEntry;
 use weft_store::{now_ms, ItemRow};
 
-use stored::StoredResponse;
+use crate::stored::{self, StoredResponse};
 
 /// What one stored item holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use weft_store::{now_ms, LeaseRenewer, LeaseRow, Store, WriteOp};
 
-use crate::metrics::Metrics;
+use crate::metrics::ClusterMetrics;
 
 /// `[cluster]`: how replicas sharing one database divide the turns.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -189,6 +189,20 @@ impl TurnLease {
     }
 }
 
+impl weft_record::WriteLease for TurnLease {
+    fn check(&self) -> bool {
+        TurnLease::check(self)
+    }
+
+    fn fence(&self) -> Option<WriteOp> {
+        TurnLease::fence(self)
+    }
+
+    fn lose(&self) {
+        TurnLease::lose(self);
+    }
+}
+
 /// This replica's leases, and the heartbeat that keeps them.
 pub struct Leases {
     owner: Arc<str>,
@@ -196,13 +210,13 @@ pub struct Leases {
     lease: Duration,
     heartbeat: Duration,
     live: Mutex<HashMap<String, Arc<TurnLease>>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ClusterMetrics>,
 }
 
 impl Leases {
     /// `fenced`: whether other processes share the database (PostgreSQL), so every write of
     /// a turn must check its lease.
-    pub fn new(config: &ClusterConfig, metrics: Arc<Metrics>, fenced: bool) -> Arc<Leases> {
+    pub fn new(config: &ClusterConfig, metrics: Arc<ClusterMetrics>, fenced: bool) -> Arc<Leases> {
         Arc::new(Leases {
             owner: config.replica_id().into(),
             fenced,

@@ -22,8 +22,8 @@ use weft_store::{
     now_ms, ApprovalRow, Done, ItemRow, ModelCallRow, Queued, Store, StoreError, WriteOp,
 };
 
-use super::{entry_row, response_row, round_row, ItemPlace};
-use crate::leases::TurnLease;
+use crate::lease::WriteLease;
+use crate::{entry_row, response_row, round_row, ItemPlace};
 
 /// Why a turn that lost its lease was not saved by this replica.
 pub const LEASE_LOST: &str = "this server lost the turn's lease (it was stopped or cut off \
@@ -43,7 +43,7 @@ pub struct TurnLog {
     user_id: Arc<str>,
     cancel: CancellationToken,
     /// The turn's lease: nothing is written once it is lost.
-    lease: Arc<TurnLease>,
+    lease: Arc<dyn WriteLease>,
     failure: Arc<Mutex<Option<String>>>,
     state: Mutex<LogState>,
     /// Told each time a write of this turn lands.
@@ -91,7 +91,7 @@ impl TurnLog {
         message_id: &str,
         user_id: &str,
         cancel: CancellationToken,
-        lease: Arc<TurnLease>,
+        lease: Arc<dyn WriteLease>,
     ) -> Arc<TurnLog> {
         Arc::new_cyclic(|me| TurnLog {
             me: me.clone(),
