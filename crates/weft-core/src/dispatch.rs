@@ -1,6 +1,8 @@
 //! Dispatch one response's tool calls: preflight in emitted order (parse, lookup, validate,
 //! repetition), then parallel-safe calls concurrently (at most `max_parallel_per_turn`) and
-//! the rest serially. Every call gets exactly one result, whatever happens.
+//! the rest serially; calls whose claims conflict (one writes what the other touches) take
+//! effect in the order the model emitted them. Every call gets exactly one result, whatever
+//! happens.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use crate::record::{ApprovalRequest, Call, RecordedResult};
 use crate::repetition::RepetitionGuard;
 use crate::resume::CutCall;
 use crate::telemetry;
-use crate::tool::{ToolContext, ToolError};
+use crate::tool::{claims_conflict, Access, Claim, ToolContext, ToolError};
 use crate::toolbelt::ToolEntry;
 use crate::truncate::{cut_with_marker, truncate_result};
 use crate::turn::{Delegation, Turn};
@@ -89,16 +91,22 @@ struct Planned<'a> {
 }
 
 impl Planned<'_> {
-    /// Whether the call may run beside its siblings. A tool that is not parallel-safe, or
-    /// holds an exclusive lock, joins the serial queue, so such calls run in the order the
-    /// model emitted them (an approval wait included).
+    /// Whether the call may run beside its siblings. A tool that is not parallel-safe joins
+    /// the serial queue, so such calls run in the order the model emitted them (an approval
+    /// wait included).
     fn runs_concurrently(&self) -> bool {
         match &self.action {
-            Action::Tool { entry, .. } => {
-                entry.tool.parallel_safe() && entry.tool.exclusive_lock().is_none()
-            }
+            Action::Tool { entry, .. } => entry.tool.parallel_safe(),
             Action::Delegate(..) => true,
             Action::Refuse(_) | Action::Finish(_) => true,
+        }
+    }
+
+    /// What the call's tool claims (see [`crate::tool::Claim`]).
+    fn claim(&self) -> Option<Claim> {
+        match &self.action {
+            Action::Tool { entry, .. } => entry.tool.claim(),
+            _ => None,
         }
     }
 
@@ -132,7 +140,11 @@ pub(crate) async fn dispatch(
             && level.llm.capabilities.parallel_tool_calls
             && p.runs_concurrently();
         let fits = !p.does_work() || working < turn.config.max_parallel_per_turn;
-        if parallel && fits {
+        // A call that conflicts with one queued before it queues behind it.
+        let after_serial = serial
+            .iter()
+            .any(|&j: &usize| claims_conflict(claim_of(&planned[j]), p.claim()));
+        if parallel && fits && !after_serial {
             working += usize::from(p.does_work());
             concurrent.push(i);
         } else {
@@ -147,7 +159,7 @@ pub(crate) async fn dispatch(
         .iter()
         .filter_map(|&i| planned[i].take())
         .collect();
-    let batch = join_all(batch.into_iter().map(|p| execute(turn, level, p))).await;
+    let batch = run_batch(turn, level, batch).await;
     for (i, result) in concurrent.into_iter().zip(batch) {
         results[i] = Some(result);
     }
@@ -159,6 +171,41 @@ pub(crate) async fn dispatch(
         }
     }
     results.into_iter().flatten().collect()
+}
+
+fn claim_of(planned: &Option<Planned<'_>>) -> Option<Claim> {
+    planned.as_ref().and_then(Planned::claim)
+}
+
+/// Run a batch of calls concurrently, each one that conflicts with an earlier one (by their
+/// claims) once that one has finished, so they take effect in the order the model emitted
+/// them; the results in the batch's order.
+async fn run_batch(turn: &Arc<Turn>, level: &Level, batch: Vec<Planned<'_>>) -> Vec<CallResult> {
+    let claims: Vec<Option<Claim>> = batch.iter().map(Planned::claim).collect();
+    let (finished, done): (Vec<_>, Vec<_>) = (0..batch.len())
+        .map(|_| {
+            let (finished, done) = tokio::sync::oneshot::channel::<()>();
+            (finished, done.shared())
+        })
+        .unzip();
+    let runs = batch
+        .into_iter()
+        .zip(finished)
+        .enumerate()
+        .map(|(k, (p, finished))| {
+            let earlier: Vec<_> = (0..k)
+                .filter(|&j| claims_conflict(claims[j], claims[k]))
+                .map(|j| done[j].clone())
+                .collect();
+            async move {
+                // A dropped sender (its call finished) ends the wait as a sent one does.
+                join_all(earlier).await;
+                let result = execute(turn, level, p).await;
+                let _ = finished.send(());
+                result
+            }
+        });
+    join_all(runs).await
 }
 
 /// One call on its own (a call made from code): preflight under the level's guard, then run.
@@ -638,6 +685,12 @@ async fn ask(
     }
 }
 
+/// A claim's lock, held while its call runs.
+enum Held {
+    Read(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Write(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
 async fn sleep_or_forever(timeout: Option<std::time::Duration>) {
     match timeout {
         Some(t) => tokio::time::sleep(t).await,
@@ -645,7 +698,8 @@ async fn sleep_or_forever(timeout: Option<std::time::Duration>) {
     }
 }
 
-/// Run the tool under its exclusive lock (if any), racing cancellation; panics become errors.
+/// Run the tool holding its claim's lock (if it claims a resource), racing cancellation;
+/// panics become errors.
 async fn run_tool(
     turn: &Arc<Turn>,
     level: &Level,
@@ -654,13 +708,19 @@ async fn run_tool(
     args: Value,
 ) -> Settled {
     let tool = &entry.tool;
-    let _lock = match tool.exclusive_lock() {
-        Some(name) => {
-            let lock = turn.lock(name);
+    let _held = match tool.claim() {
+        Some(claim) => {
+            let lock = turn.lock(claim.resource);
+            let taken = async {
+                match claim.access {
+                    Access::Read => Held::Read(lock.read_owned().await),
+                    Access::Write => Held::Write(lock.write_owned().await),
+                }
+            };
             tokio::select! {
                 biased;
                 () = turn.cancel.cancelled() => return Settled::error(prompts::CANCELLED_RESULT.to_owned()),
-                guard = lock.lock_owned() => Some(guard),
+                held = taken => Some(held),
             }
         }
         None => None,

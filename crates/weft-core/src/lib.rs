@@ -73,7 +73,10 @@ pub use sample::CHUNK_MAX_BYTES;
 pub use scope::TurnScope;
 pub use spec::{PlannerSpec, TurnEnd, TurnOutcome, TurnSpec};
 pub use tokens::{bytes_bound, TokenCounter};
-pub use tool::{ModelError, NestedCalls, Tool, ToolContext, ToolError, ToolOutcome};
+pub use tool::{
+    claims_conflict, Access, Claim, ModelError, NestedCalls, Tool, ToolContext, ToolError,
+    ToolOutcome,
+};
 pub use toolbelt::{
     compose_toolbelt, RunParallelSubagentsTool, RunSubtaskTool, ToolPolicy, Toolbelt,
 };

@@ -172,6 +172,47 @@ macro_rules! tool_meta {
     };
 }
 
+/// How a call touches a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// A resource a tool's calls touch (`workspace_fs`: the user's workspace files) and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub resource: &'static str,
+    pub access: Access,
+}
+
+impl Claim {
+    pub const fn read(resource: &'static str) -> Claim {
+        Claim {
+            resource,
+            access: Access::Read,
+        }
+    }
+
+    pub const fn write(resource: &'static str) -> Claim {
+        Claim {
+            resource,
+            access: Access::Write,
+        }
+    }
+
+    /// Two calls conflict when they touch the same resource and one of them writes it.
+    pub fn conflicts(&self, other: &Claim) -> bool {
+        self.resource == other.resource
+            && (self.access == Access::Write || other.access == Access::Write)
+    }
+}
+
+/// Whether two calls' claims conflict.
+pub fn claims_conflict(a: Option<Claim>, b: Option<Claim>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a.conflicts(&b))
+}
+
 #[async_trait]
 pub trait Tool: Send + Sync {
     fn name(&self) -> &str;
@@ -186,8 +227,10 @@ pub trait Tool: Send + Sync {
     fn parallel_safe(&self) -> bool {
         true
     }
-    /// Calls holding the same lock name never overlap, even across subtasks.
-    fn exclusive_lock(&self) -> Option<&str> {
+    /// The resource its calls touch and how, the way a read-write lock is taken: calls that
+    /// conflict (one of them writes) run in the order the model emitted them and never
+    /// overlap, even across subtasks; calls that only read it run together.
+    fn claim(&self) -> Option<Claim> {
         None
     }
     /// Running a call twice does no more than running it once, so a call the server was

@@ -91,7 +91,7 @@ pub(crate) struct Turn {
     /// Child of the caller's token: cancelled by the caller, a budget trip or a fatal error.
     pub cancel: CancellationToken,
     end: OnceLock<TurnEnd>,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<&'static str, Arc<tokio::sync::RwLock<()>>>>,
     /// Provider calls this run made (their records go to the recorder, not kept here).
     model_calls: AtomicU32,
     /// A resumed turn's text so far and cut round, taken by the root level when it starts.
@@ -208,13 +208,9 @@ impl Turn {
         self.end.get().cloned()
     }
 
-    /// The named exclusive lock, shared by every depth of the turn.
-    pub fn lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks
-            .lock()
-            .entry(name.to_owned())
-            .or_default()
-            .clone()
+    /// The read-write lock of a resource calls claim, shared by every depth of the turn.
+    pub fn lock(&self, resource: &'static str) -> Arc<tokio::sync::RwLock<()>> {
+        self.locks.lock().entry(resource).or_default().clone()
     }
 
     pub fn record_model_call(&self, record: ModelCallRecord) {

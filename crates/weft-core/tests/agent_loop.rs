@@ -136,8 +136,10 @@ async fn exclusive_calls_run_serially_in_emitted_order() {
 }
 
 #[tokio::test]
-async fn calls_sharing_a_named_lock_never_overlap() {
-    let locked = TestTool::new("locked").lock("workspace_fs").delay_ms(20);
+async fn calls_writing_one_resource_never_overlap() {
+    let locked = TestTool::new("locked")
+        .claim(weft_core::Claim::write("workspace_fs"))
+        .delay_ms(20);
     let probe = locked.probe();
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         calls(&[("a", "locked", json!({"i": 0})), ("b", "locked", json!({"i": 1}))]),
@@ -147,6 +149,61 @@ async fn calls_sharing_a_named_lock_never_overlap() {
     h.run().await;
     assert_eq!(probe.peak(), 1);
     assert_eq!(probe.count(), 2);
+}
+
+#[tokio::test]
+async fn a_mixed_round_runs_reads_together_and_conflicts_in_emitted_order() {
+    // Two reads, a write of what they read, a read after it, and a call that claims
+    // nothing: the reads and the free call start together, the write once both reads are
+    // done, the last read once the write is.
+    use weft_core::Claim;
+    let reader = TestTool::new("reader")
+        .claim(Claim::read("res"))
+        .delay_ms(40);
+    let probe = reader.probe();
+    let mut writer = TestTool::new("writer")
+        .claim(Claim::write("res"))
+        .delay_ms(40);
+    writer.probe = probe.clone();
+    let mut free = TestTool::new("free").delay_ms(40);
+    free.probe = probe.clone();
+    let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
+        calls(&[
+            ("r1", "reader", json!({"c": "r1"})),
+            ("r2", "reader", json!({"c": "r2"})),
+            ("w", "writer", json!({"c": "w"})),
+            ("r3", "reader", json!({"c": "r3"})),
+            ("x", "free", json!({"c": "x"}))
+        ]),
+        {"text": "ok"}
+    ]}]}))
+    .tool(reader)
+    .tool(writer)
+    .tool(free);
+    let (outcome, _) = h.run().await;
+    assert_eq!(outcome.end, TurnEnd::Completed);
+    let order: Vec<String> = probe
+        .calls
+        .lock()
+        .iter()
+        .map(|a| a["c"].as_str().unwrap().to_owned())
+        .collect();
+    let mut first: Vec<&str> = order[..3].iter().map(String::as_str).collect();
+    first.sort_unstable();
+    assert_eq!(first, ["r1", "r2", "x"], "{order:?}");
+    assert_eq!(&order[3..], ["w", "r3"], "{order:?}");
+    assert_eq!(
+        probe.peak(),
+        3,
+        "the reads and the free call overlapped, nothing else"
+    );
+    // Results go back in the order the model emitted the calls.
+    let ids: Vec<_> = outcome
+        .history
+        .iter()
+        .filter_map(|m| m.tool_call_id.clone())
+        .collect();
+    assert_eq!(ids, ["r1", "r2", "w", "r3", "x"]);
 }
 
 #[tokio::test]

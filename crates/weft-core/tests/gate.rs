@@ -290,14 +290,15 @@ async fn answering_an_unknown_approval_id_is_refused() {
 }
 
 #[tokio::test]
-async fn calls_sharing_a_lock_run_in_the_order_the_model_emitted_them() {
-    // The first asks before it may run; the second would run at once. Sharing a lock, they
-    // queue behind each other in emitted order, the approval wait included.
+async fn conflicting_claims_run_in_the_order_the_model_emitted_them() {
+    // The first (a write) asks before it may run; the second (a read of the same resource)
+    // would run at once. Their claims conflict, so the read waits for the write, the
+    // approval wait included.
     let write = TestTool::new("locked_write")
         .category(ToolCategory::Write)
-        .lock("workspace_fs");
+        .claim(weft_core::Claim::write("workspace_fs"));
     let probe = write.probe();
-    let mut read = TestTool::new("locked_read").lock("workspace_fs");
+    let mut read = TestTool::new("locked_read").claim(weft_core::Claim::read("workspace_fs"));
     read.probe = probe.clone();
     let h = Harness::new(json!({"conversations": [{"match": "*", "steps": [
         {"tool_calls": [

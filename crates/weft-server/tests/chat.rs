@@ -517,3 +517,29 @@ async fn a_response_streamed_in_many_pieces_goes_out_in_fewer_chunks() {
     assert_eq!(message["content"].as_str(), Some(pieces.concat().as_str()));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_read_the_model_asks_for_after_a_write_in_one_response_reads_what_was_written() {
+    // The file holds "old"; one response writes "new" and then reads it. The read claims
+    // the workspace's files as the write does, so it runs after the write.
+    let server = TestServer::start(json!({"conversations": [{"match": "*", "steps": [
+        {"tool_calls": [
+            {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "new"}},
+            {"id": "r", "name": "read_file", "arguments": {"path": "notes.md"}}]},
+        {"text": "done"}
+    ]}]}))
+    .await;
+    let workspace = server.workspace_of(weft_runtime::LOCAL_USER);
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.md"), "old").unwrap();
+    let mut c = server.client().await;
+    c.chat(None, "rewrite and read", json!({"permission_mode": "auto"}))
+        .await;
+    let frames = c.turn().await;
+    let read = of_type(&frames, "tool_call_update")
+        .into_iter()
+        .find(|f| f["status"] == "end" && f["name"] == "read_file")
+        .unwrap();
+    assert_eq!(read["result"], "new", "{read}");
+    server.stop().await;
+}

@@ -3,9 +3,13 @@
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use weft_core::{Tool, ToolContext, ToolError};
+use weft_core::{Claim, Tool, ToolContext, ToolError};
 
 use crate::workspace::{Refused, Workspace};
+
+/// What the file tools claim: the user's workspace files (reads share it, a write has it
+/// alone), so a read the model asks for after a write sees what was written.
+pub const WORKSPACE_FILES: &str = "workspace_fs";
 
 fn path_arg(args: &Value) -> Result<String, ToolError> {
     args.get("path")
@@ -45,6 +49,9 @@ impl Tool for ReadFile {
             "length": {"type": "integer", "minimum": 1, "description": "How many bytes to read (default: to the end)."}
         }, "required": ["path"]}),
     }
+    fn claim(&self) -> Option<Claim> {
+        Some(Claim::read(WORKSPACE_FILES))
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;
         let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
@@ -80,8 +87,8 @@ impl Tool for WriteFile {
             "content": {"type": "string", "description": "The full new content of the file."}
         }, "required": ["path", "content"]}),
     }
-    fn exclusive_lock(&self) -> Option<&str> {
-        Some("workspace_fs")
+    fn claim(&self) -> Option<Claim> {
+        Some(Claim::write(WORKSPACE_FILES))
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let relative = path_arg(&args)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use weft_core::{Tool, ToolContext, ToolError};
+use weft_core::{Claim, Tool, ToolContext, ToolError};
 use weft_protocol::{PolicyClass, ToolCategory};
 
 /// Counts concurrent calls and remembers the peak and call order.
@@ -42,7 +42,7 @@ pub struct TestTool {
     pub category: ToolCategory,
     pub class: PolicyClass,
     pub parallel_safe: bool,
-    pub lock: Option<&'static str>,
+    pub claim: Option<Claim>,
     pub delay: Duration,
     pub behaviour: Behaviour,
     pub probe: Arc<Probe>,
@@ -69,7 +69,7 @@ impl TestTool {
             category: ToolCategory::Read,
             class: PolicyClass::Safe,
             parallel_safe: true,
-            lock: None,
+            claim: None,
             delay: Duration::ZERO,
             behaviour: Behaviour::Echo,
             probe: Arc::new(Probe::default()),
@@ -84,8 +84,8 @@ impl TestTool {
         self.parallel_safe = false;
         self
     }
-    pub fn lock(mut self, name: &'static str) -> Self {
-        self.lock = Some(name);
+    pub fn claim(mut self, claim: Claim) -> Self {
+        self.claim = Some(claim);
         self
     }
     pub fn delay_ms(mut self, ms: u64) -> Self {
@@ -125,8 +125,8 @@ impl Tool for TestTool {
     fn parallel_safe(&self) -> bool {
         self.parallel_safe
     }
-    fn exclusive_lock(&self) -> Option<&str> {
-        self.lock
+    fn claim(&self) -> Option<Claim> {
+        self.claim
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         self.probe.enter(&args);
