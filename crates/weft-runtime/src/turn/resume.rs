@@ -11,10 +11,9 @@ use weft_core::{ChatMessage, TokenCounter};
 use weft_protocol::{ClientTool, MessageContent, PermissionMode};
 use weft_store::{MessageRow, StoreError, ThreadRow};
 
+use super::assemble::{Claim, Resumed, TurnParts};
 use super::request::{Route, TurnRequest};
 use super::resolve::Setup;
-use super::start::Claim;
-use super::task::{Launch, Resumed};
 use crate::client_tools::ClientToolset;
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
@@ -140,19 +139,9 @@ impl Resumer for Runtime {
         if !runtime.try_begin(cancel.clone(), &message.id) {
             return Ok(false);
         }
-        let (toolbelt, system_prompt) = self
-            .compose(
-                &user,
-                &request,
-                &setup.agent,
-                mode.as_ref(),
-                permission_mode,
-                setup.editor_prompt.as_deref(),
-            )
-            .await;
         tracing::info!(thread = %thread.id, message = %message.id, takeovers, "taking up a turn its process left");
         let slot = self.limits.resume_turn(&user);
-        self.launch(Launch {
+        self.assemble(TurnParts {
             user,
             request,
             setup,
@@ -164,11 +153,8 @@ impl Resumer for Runtime {
             },
             mode,
             mode_name: mode_name.to_owned(),
-            permission_mode,
             mode_change: None,
             agent_change: None,
-            toolbelt,
-            system_prompt,
             slot,
             replaces: None,
             resumed: Some(Resumed {
@@ -178,7 +164,8 @@ impl Resumer for Runtime {
                 started_at: message.created_at,
                 takeovers,
             }),
-        });
+        })
+        .await;
         Ok(true)
     }
 }

@@ -11,10 +11,10 @@ use weft_core::ExecutionMode;
 use weft_protocol::{AgentConfig, ErrorCode};
 use weft_store::{new_id, now_ms, ThreadRow};
 
+use super::assemble::{Claim, TurnParts};
 use super::request::{Route, TurnRequest};
 use crate::limits::TurnSlot;
 use crate::runtime::Runtime;
-use crate::threads::ThreadRuntime;
 use weft_frames::frame::FrameSink;
 use weft_frames::Refusal;
 
@@ -49,15 +49,6 @@ impl ModeChoice {
             ModeChoice::Made { make, .. } => make(thread_id, message_id),
         }
     }
-}
-
-/// The thread a turn runs in, claimed for it.
-pub(super) struct Claim {
-    pub runtime: Arc<ThreadRuntime>,
-    /// The thread to create with the turn, when it is new.
-    pub new_thread: Option<ThreadRow>,
-    pub message_id: String,
-    pub cancel: CancellationToken,
 }
 
 impl Runtime {
@@ -102,38 +93,25 @@ impl Runtime {
         if let Some(permission_mode) = request.permission_mode {
             claim.runtime.gate.set_mode(permission_mode);
         }
-        let permission_mode = claim.runtime.gate.mode();
         claim.runtime.subscribe(sink);
-        let (toolbelt, system_prompt) = self
-            .compose(
-                user,
-                &request,
-                &setup.agent,
-                mode.as_ref(),
-                permission_mode,
-                setup.editor_prompt.as_deref(),
-            )
-            .await;
         let started = TurnStarted {
             thread_id: claim.runtime.id.to_string(),
             message_id: claim.message_id.clone(),
         };
-        self.launch(super::task::Launch {
+        self.assemble(TurnParts {
             user: user.to_owned(),
             request,
             setup,
             claim,
             mode,
             mode_name,
-            permission_mode,
             mode_change,
             agent_change,
-            toolbelt,
-            system_prompt,
             slot,
             replaces,
             resumed: None,
-        });
+        })
+        .await;
         Ok(started)
     }
 

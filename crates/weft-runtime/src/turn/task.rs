@@ -13,14 +13,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use weft_core::telemetry;
 use weft_core::{
-    ChatMessage, EventSink, ExecutionMode, TokenCounter, Toolbelt, TurnEnd, TurnOutcome, TurnSpec,
+    ChatMessage, EventSink, ExecutionMode, TokenCounter, TurnEnd, TurnOutcome, TurnSpec,
 };
 use weft_protocol::{ErrorCode, PermissionMode, ServerEvent, ToolCallStatus};
 use weft_store::{new_id, now_ms, Done, NewMessage, StoreError, ThreadRow, WriteOp};
 
+use super::assemble::{Launch, Resumed, TurnParts};
 use super::request::TurnRequest;
-use super::resolve::Setup;
-use super::start::Claim;
 use crate::limits::TurnSlot;
 use crate::metrics::{DirectionLabel, EndLabel};
 use crate::runtime::Runtime;
@@ -30,42 +29,7 @@ use weft_cluster::leases::TurnLease;
 use weft_frames::Refusal;
 use weft_record::history::provider_history;
 use weft_record::persist::{end_error, end_status, finish_turn, running_message_with, TurnRecord};
-use weft_record::resume_point::ResumePoint;
 use weft_record::{TurnLog, FLUSH_EVERY, LEASE_LOST};
-
-/// Everything a turn's task starts from.
-pub(super) struct Launch {
-    pub user: String,
-    pub request: TurnRequest,
-    pub setup: Setup,
-    pub claim: Claim,
-    pub mode: Arc<dyn ExecutionMode>,
-    pub mode_name: String,
-    pub permission_mode: PermissionMode,
-    /// A permission mode the message set on an existing thread, to persist with the turn.
-    pub mode_change: Option<PermissionMode>,
-    /// An agent the message named for an existing thread, to persist with the turn.
-    pub agent_change: Option<String>,
-    pub toolbelt: Toolbelt,
-    pub system_prompt: String,
-    pub slot: TurnSlot,
-    /// The place of the answer whose exchange (and everything after) the turn replaces.
-    pub replaces: Option<i64>,
-    /// Where a turn taken up after its process died goes on from; `None`: a new turn.
-    pub resumed: Option<Resumed>,
-}
-
-/// A turn taken up again: its record so far, its history, its place.
-pub(super) struct Resumed {
-    pub point: ResumePoint,
-    /// The thread's history up to the turn's user message, then the turn's rounds.
-    pub history: Vec<ChatMessage>,
-    /// The assistant message's place in the thread, and when the turn started.
-    pub position: i64,
-    pub started_at: i64,
-    /// How many times it has been taken over (its frames number above the earlier lives').
-    pub takeovers: u32,
-}
 
 /// How the turn's task begins (boxed into the task: a future keeps room for its arguments
 /// for its whole life, moved out or not).
@@ -142,20 +106,23 @@ impl Runtime {
     /// Announce the turn and run it on its own task.
     pub(super) fn launch(self: &Arc<Self>, launch: Launch) {
         let Launch {
-            user,
-            request,
-            setup,
-            claim,
-            mode,
-            mode_name,
+            parts:
+                TurnParts {
+                    user,
+                    request,
+                    setup,
+                    claim,
+                    mode,
+                    mode_name,
+                    mode_change,
+                    agent_change,
+                    slot,
+                    replaces,
+                    resumed,
+                },
             permission_mode,
-            mode_change,
-            agent_change,
             toolbelt,
             system_prompt,
-            slot,
-            replaces,
-            resumed,
         } = launch;
         let thread = claim.runtime;
         let started_with = request.started_with();
