@@ -1,6 +1,6 @@
 //! Turns: [`TurnRequest`] (what is asked), [`Runtime::start_turn`] (the one way a turn
 //! starts, in small steps: the mode, admission, the thread, the agent and model, the
-//! toolbelt and prompt, the task), [`assemble`] (the one way a turn is put together, new
+//! toolbelt and prompt, the task), `assemble` (the one way a turn is put together, new
 //! or taken up after a crash), the running turn's task, and the modes of the workflow and
 //! media routes.
 //!

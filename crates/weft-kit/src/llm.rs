@@ -6,7 +6,7 @@ use crate::provider::{Capabilities, Provider};
 
 /// A model to sample from: its provider, its name and what it can do.
 #[derive(Clone)]
-pub(crate) struct Llm {
+pub struct Llm {
     pub provider: Arc<dyn Provider>,
     pub model: Arc<str>,
     pub capabilities: Capabilities,

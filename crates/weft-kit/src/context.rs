@@ -8,7 +8,7 @@ use crate::provider::ToolSpec;
 use crate::tokens::{bytes_bound, TokenCounter};
 
 /// The turn's context policy: the mode, the executor's window and its token counter.
-pub(crate) struct ContextBudget {
+pub struct ContextBudget {
     pub mode: Option<BudgetAwareness>,
     pub window: u64,
     counter: TokenCounter,

@@ -8,7 +8,7 @@ use crate::validate::{compact, parse_arguments};
 /// Tracks consecutive identical calls within one loop level. The last call's name and
 /// arguments (as compact JSON) are kept in buffers reused call after call.
 #[derive(Debug)]
-pub(crate) struct RepetitionGuard {
+pub struct RepetitionGuard {
     max_identical: u32,
     last_name: String,
     last_args: String,

@@ -110,7 +110,7 @@ impl CutCall {
     /// Whether this call runs (or is asked for) again: it is a subtask or a parallel call
     /// (whose children go on from their own last rounds), it waited for its approval (so it never ran), or its tool only
     /// reads or says a repeat does no harm and it had not started work of its own.
-    pub(crate) fn runs_again(&self, read_or_idempotent: bool) -> bool {
+    pub fn runs_again(&self, read_or_idempotent: bool) -> bool {
         self.child.is_some()
             || !self.jobs.is_empty()
             || self.asked_at_ms.is_some()
@@ -120,7 +120,7 @@ impl CutCall {
 
 /// A call a cut code run had made, as it is met again when the run is redone.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum MadeCall {
+pub enum MadeCall {
     /// Its result is on record: given back, not run again.
     Answered {
         request: ToolCallRequest,
@@ -143,7 +143,7 @@ impl MadeCall {
 impl ChildResume {
     /// The calls made under the cut call, in the order they were made (a code run makes
     /// one call per response).
-    pub(crate) fn made_calls(&self) -> Vec<MadeCall> {
+    pub fn made_calls(&self) -> Vec<MadeCall> {
         let answered = |request: &ToolCallRequest| {
             self.tail
                 .iter()

@@ -138,7 +138,7 @@ impl TreeBuilder {
     /// [`TreeBuilder::observe`], for a call whose card's arguments are already written out as
     /// compact JSON (`shown`): the node keeps that text itself when it is what the preview
     /// shows.
-    pub(crate) fn observe_call(&mut self, event: &ServerEvent, shown: Option<Arc<str>>) {
+    pub fn observe_call(&mut self, event: &ServerEvent, shown: Option<Arc<str>>) {
         let ServerEvent::ToolCallUpdate {
             tool_call_id,
             name,

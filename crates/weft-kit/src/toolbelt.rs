@@ -54,7 +54,7 @@ pub struct Toolbelt {
     specs: Arc<[ToolSpec]>,
 }
 
-pub(crate) struct ToolEntry {
+pub struct ToolEntry {
     pub tool: Arc<dyn Tool>,
     pub schema: Value,
     /// `None` when the tool's schema does not compile; such a tool accepts any object.
@@ -114,7 +114,7 @@ impl Toolbelt {
         }
     }
 
-    pub(crate) fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+    pub fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.by_name.get(name).map(|&i| &self.entries[i])
     }
 

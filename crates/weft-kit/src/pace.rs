@@ -17,7 +17,7 @@ pub trait Pace: Send + Sync {
 }
 
 /// Wait as `pace` says between two rounds, or only yield.
-pub(crate) async fn between_rounds(pace: Option<&dyn Pace>) {
+pub async fn between_rounds(pace: Option<&dyn Pace>) {
     match pace.and_then(Pace::between_rounds) {
         Some(wait) => wait.await,
         None => tokio::task::yield_now().await,
@@ -25,7 +25,7 @@ pub(crate) async fn between_rounds(pace: Option<&dyn Pace>) {
 }
 
 /// Wait as `pace` says before a level's first round.
-pub(crate) async fn before_first_round(pace: Option<&dyn Pace>) {
+pub async fn before_first_round(pace: Option<&dyn Pace>) {
     if let Some(wait) = pace.and_then(Pace::before_first_round) {
         wait.await;
     }

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Now, in Unix seconds.
-pub(crate) fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -12,7 +12,7 @@ pub(crate) fn unix_now() -> f64 {
 }
 
 /// Now, in Unix milliseconds.
-pub(crate) fn unix_now_ms() -> i64 {
+pub fn unix_now_ms() -> i64 {
     (unix_now() * 1000.0) as i64
 }
 
