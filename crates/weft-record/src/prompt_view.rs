@@ -253,3 +253,31 @@ fn text_of(content: &Value) -> String {
         .map(|c| c.text())
         .unwrap_or_default()
 }
+
+/// The prompt whose turn's assistant message is `message_id`, as stored: its message, the
+/// user message that started it, its record; `waiting` says whether it waits on an
+/// approval, or (`None`) reads that from the store (a turn another replica runs commits its
+/// pending approvals before it asks). `None` when there is no such message.
+pub async fn read_prompt(
+    store: &weft_store::Store,
+    thread_id: &str,
+    message_id: &str,
+    waiting: Option<bool>,
+) -> Result<Option<Prompt>, weft_store::StoreError> {
+    let Some(message) = store.message(thread_id, message_id).await? else {
+        return Ok(None);
+    };
+    let waiting = match waiting {
+        Some(waiting) => waiting,
+        None => {
+            message.status == "running" && !store.pending_approval_ids(thread_id).await?.is_empty()
+        }
+    };
+    let messages = store.messages(thread_id).await?;
+    let input = messages
+        .iter()
+        .filter(|m| m.role == "user" && m.position < message.position)
+        .max_by_key(|m| m.position);
+    let items = store.turn_items(thread_id, message_id).await?;
+    Ok(Some(prompt_json(&message, input, &items, waiting)))
+}
