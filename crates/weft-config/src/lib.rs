@@ -1,5 +1,6 @@
-//! Server configuration: `config/default.toml` (or `--config FILE`), then environment
-//! overrides, exactly as PROTOCOL.md lists them.
+//! The server's configuration, one TOML file: `config/default.toml` (or `--config FILE`),
+//! every crate's table in it, then environment overrides exactly as PROTOCOL.md lists them,
+//! strict keys and checks at load.
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ pub struct Config {
     pub providers: weft_providers::ProvidersConfig,
     pub policy: PolicyConfig,
     pub auth: AuthConfig,
-    pub limits: crate::limits::LimitsConfig,
+    pub limits: LimitsConfig,
     pub agent: AgentConfig,
     /// Extra or overriding model prices (USD per million tokens).
     pub pricing: RateCard,
@@ -424,5 +425,24 @@ impl Config {
     /// [`weft_providers::ProvidersConfig::default_provider`]).
     pub fn default_provider(&self) -> String {
         self.providers.default_provider(&self.provider)
+    }
+}
+
+/// `[limits]`: per-user limits.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct LimitsConfig {
+    /// Turns one user may have running at once (0: no limit).
+    pub turns_per_user: usize,
+    /// Chat messages one user may send per minute, in bursts of up to this many (0: no limit).
+    pub messages_per_minute: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            turns_per_user: 16,
+            messages_per_minute: 120,
+        }
     }
 }

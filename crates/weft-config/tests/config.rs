@@ -2,7 +2,7 @@
 //! values checked at load.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use weft_runtime::config::{ApiKeyEntry, Config, StrictError};
+use weft_config::{ApiKeyEntry, Config, StrictError};
 
 #[test]
 fn every_key_is_optional_and_env_overrides_win() {

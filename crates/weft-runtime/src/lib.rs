@@ -5,10 +5,10 @@
 
 pub mod agents;
 pub mod client_tools;
-pub mod config;
 pub mod control;
 pub mod limits;
 pub mod metrics;
+pub mod prompts;
 mod remote;
 pub mod runtime;
 pub mod starts;
@@ -16,8 +16,8 @@ pub mod threads;
 mod tool_names;
 pub mod turn;
 
-pub use config::Config;
 pub use runtime::{Runtime, StartupError, LOCAL_USER};
 pub use turn::{Route, TurnRequest, TurnStarted};
+pub use weft_config::{self as config, Config};
 pub use weft_frames::{ChannelSink, FrameSink, Outgoing, Refusal, SharedFrame};
 pub use weft_providers::Providers;

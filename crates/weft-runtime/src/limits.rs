@@ -8,25 +8,8 @@ use std::sync::Arc;
 
 use governor::{DefaultKeyedRateLimiter, Quota};
 use parking_lot::Mutex;
-use serde::Deserialize;
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct LimitsConfig {
-    /// Turns one user may have running at once (0: no limit).
-    pub turns_per_user: usize,
-    /// Chat messages one user may send per minute, in bursts of up to this many (0: no limit).
-    pub messages_per_minute: u32,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            turns_per_user: 16,
-            messages_per_minute: 120,
-        }
-    }
-}
+pub use weft_config::LimitsConfig;
 
 pub struct UserLimits {
     turns_per_user: usize,

@@ -21,12 +21,12 @@ use weft_tools::web::AssetSink;
 use weft_workflow::{NodeRegistry, Workflows};
 
 use crate::client_tools::PendingClientCalls;
-use crate::config::Config;
 use crate::limits::UserLimits;
 use crate::metrics::Metrics;
 use crate::starts::Starts;
 use crate::threads::ThreadHub;
 use weft_cluster::bus::{Bus, CommandHandler};
+use weft_config::Config;
 use weft_frames::frame::{SubscriberId, SubscriberIds};
 use weft_frames::Refusal;
 use weft_providers::{MediaGenerators, Providers};
