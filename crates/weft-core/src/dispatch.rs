@@ -808,17 +808,7 @@ pub(crate) fn maybe_ran(turn: &Turn, level: &Level, call: &Call) -> CallResult {
     if let Err(trip) = turn.budget.take_tool_call() {
         turn.trip(trip);
     }
-    let now = unix_now();
-    let metadata = ToolResultMetadata {
-        status: ToolResultStatus::Error,
-        started_at: now,
-        completed_at: now,
-        execution_time_ms: 0.0,
-        approval_status: ApprovalStatus::NotRequired,
-        approval_id: None,
-        injected_args: Map::new(),
-        offloaded_artifact_id: None,
-    };
+    let metadata = ToolResultMetadata::not_run(unix_now());
     if !level.quiet {
         let args = parse_arguments(&call.request.arguments)
             .map(Value::Object)

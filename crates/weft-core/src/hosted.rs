@@ -307,17 +307,7 @@ impl HostedTurn {
     /// Answer a root call a cut run had made and never had answered: the call is not run
     /// again (it may or may not have taken effect), and the record says it was interrupted.
     pub fn close_interrupted(&self, wire_id: &str, call_id: &str, name: &str) {
-        let now = unix_now();
-        let metadata = ToolResultMetadata {
-            status: ToolResultStatus::Error,
-            started_at: now,
-            completed_at: now,
-            execution_time_ms: 0.0,
-            approval_status: ApprovalStatus::NotRequired,
-            approval_id: None,
-            injected_args: Default::default(),
-            offloaded_artifact_id: None,
-        };
+        let metadata = ToolResultMetadata::not_run(unix_now());
         self.turn.recorder.results(
             self.root.place(),
             &[RecordedResult {

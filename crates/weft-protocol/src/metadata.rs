@@ -62,3 +62,20 @@ pub struct ToolResultMetadata {
     #[serde(default)]
     pub offloaded_artifact_id: Option<String>,
 }
+
+impl ToolResultMetadata {
+    /// A call answered at `at` (Unix seconds) without running: an error that took no time
+    /// and needed no approval (a call cut by a crash, answered rather than run again).
+    pub fn not_run(at: f64) -> ToolResultMetadata {
+        ToolResultMetadata {
+            status: ToolResultStatus::Error,
+            started_at: at,
+            completed_at: at,
+            execution_time_ms: 0.0,
+            approval_status: ApprovalStatus::NotRequired,
+            approval_id: None,
+            injected_args: Map::new(),
+            offloaded_artifact_id: None,
+        }
+    }
+}

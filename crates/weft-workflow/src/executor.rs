@@ -250,18 +250,13 @@ impl Progress {
     /// outputs given back) or cut (failed). False when it is to run.
     fn earlier(&mut self, i: usize, checkpoints: &Checkpoints<'_>) -> bool {
         let id = &self.runs[i].node_id;
-        if let Some(outputs) = checkpoints.earlier.completed.get(id) {
-            self.runs[i].status = NodeStatus::Completed;
-            self.runs[i].output = Some(Value::Object(outputs.clone()));
-            self.results[i] = Some(outputs.clone());
-            return true;
-        }
-        if checkpoints.earlier.cut.contains(id) {
-            self.runs[i].status = NodeStatus::Failed;
-            self.runs[i].error = Some(CUT_NODE.to_owned());
-            return true;
-        }
-        false
+        let outcome = match checkpoints.earlier.completed.get(id) {
+            Some(outputs) => Ok(outputs.clone()),
+            None if checkpoints.earlier.cut.contains(id) => Err(CUT_NODE.to_owned()),
+            None => return false,
+        };
+        self.settle(i, outcome, std::time::Duration::ZERO);
+        true
     }
 
     /// Node `i` is done: its dependants wait for one node fewer.
