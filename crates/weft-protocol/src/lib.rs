@@ -8,6 +8,7 @@ pub mod event;
 pub mod inbound;
 pub mod metadata;
 pub mod record;
+pub mod rest;
 pub mod schema;
 pub mod tree;
 pub mod types;

@@ -6,6 +6,7 @@
 pub mod agents;
 pub mod client_tools;
 pub mod control;
+pub mod conversations;
 pub mod limits;
 pub mod metrics;
 pub mod prompts;
