@@ -2,6 +2,7 @@
 //! and a response returns, beside the frames and the record the socket shares with it.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::record::RecordEntry;
 use crate::types::PermissionMode;
@@ -38,4 +39,77 @@ pub struct Trace {
     pub status: String,
     /// Root entries in order, each subtask's under the call that ran it.
     pub trace: Vec<RecordEntry>,
+}
+
+/// How a document's text is written, for splitting it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "Format")]
+pub enum DocumentFormat {
+    #[default]
+    Text,
+    Markdown,
+    Html,
+}
+
+/// A collection to create.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NewCollection {
+    /// 1–64 letters, digits, `-`, `_`, `.`, not starting with `_`.
+    #[schemars(pattern(COLLECTION_NAME_PATTERN))]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub shared: bool,
+}
+
+/// What a collection's name may be (as `GET /collections/{name}` and `POST /collections` check it).
+pub const COLLECTION_NAME_PATTERN: &str = "^[A-Za-z0-9.-][A-Za-z0-9._-]{0,63}$";
+
+/// A document to add: `text` (with its `format`) or a `url` to fetch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NewDocumentBody {
+    /// Required with `text`; a URL's title defaults to the URL.
+    #[serde(default)]
+    pub title: String,
+    /// At most 5 MiB.
+    pub text: Option<String>,
+    /// Fetched through the SSRF guard.
+    pub url: Option<String>,
+    #[serde(default)]
+    pub format: DocumentFormat,
+    /// An object kept with the document.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// A knowledge collection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Collection {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    /// Its owner's user id.
+    pub owner: String,
+    /// Listed and searchable by everyone.
+    pub shared: bool,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// A document of a collection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Document {
+    pub id: String,
+    pub title: String,
+    /// Where it came from (a URL), or empty.
+    pub source: String,
+    pub metadata: Map<String, Value>,
+    /// How many chunks it was split into.
+    pub chunks: i64,
+    /// RFC 3339.
+    pub created_at: String,
 }

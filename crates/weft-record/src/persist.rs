@@ -196,7 +196,4 @@ pub fn to_wire(row: &MessageRow) -> StoredMessage {
     }
 }
 
-pub fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
-}
+pub use weft_store::rfc3339;

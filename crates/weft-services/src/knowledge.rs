@@ -38,14 +38,7 @@ pub enum Body {
     Url(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    #[default]
-    Text,
-    Markdown,
-    Html,
-}
+pub use weft_protocol::rest::DocumentFormat as Format;
 
 impl Knowledge {
     /// Split, embed and store a document in `collection`.

@@ -4,6 +4,7 @@
 //! saved workflows.
 
 pub mod assets;
+pub mod collections;
 pub mod embeddings;
 pub mod knowledge;
 pub mod read_artifact;

@@ -140,6 +140,12 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A stored time (Unix milliseconds) as the API shows it: RFC 3339, to the millisecond.
+pub fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 /// A fresh id: a UUIDv7, its first 48 bits the time in milliseconds, the rest random (74
 /// bits). Ids made one after another sort one after another, so the rows a burst of turns
 /// inserts land at the right edge of each index on their id, not on pages all over it: a

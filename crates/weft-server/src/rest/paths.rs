@@ -4,8 +4,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use weft_protocol::IDENTIFIER_PATTERN;
 
-/// A collection's name: 1–64 letters, digits, `-`, `_`, `.`, not starting with `_`.
-pub const COLLECTION_NAME_PATTERN: &str = "^[A-Za-z0-9.-][A-Za-z0-9._-]{0,63}$";
+pub use weft_protocol::rest::COLLECTION_NAME_PATTERN;
 
 /// `/threads/{id}…`
 #[derive(Debug, Deserialize, JsonSchema)]
