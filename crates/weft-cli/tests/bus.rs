@@ -383,7 +383,10 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
 
     let killed = Instant::now();
     a.kill().await;
-    // Answered before anyone has taken the turn up: refused ("try again").
+    // Answered before anyone has taken the turn up. While A's lease lasts the answer is
+    // refused ("try again"); on a machine so loaded that B handles it only after the lease
+    // ran out, it is kept for the replica that takes the turn up (or B already runs the
+    // turn and applies it), and the turn goes on with no second answer.
     send(
         &mut on_b,
         json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
@@ -394,44 +397,49 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
     // times out after 5 s).
     let mut frames = Vec::new();
     let mut asked_again = None;
-    while asked_again.is_none() || !frames.iter().any(|f: &Value| f["type"] == "error") {
+    let refused = |frames: &[Value]| frames.iter().any(|f: &Value| f["type"] == "error");
+    while !(asked_again.is_some() && refused(&frames)) && !frames.iter().any(is_done) {
         let f = recv(&mut on_b).await;
         if f["type"] == "tool_approval_request" && asked_again.is_none() {
             asked_again = Some(killed.elapsed());
         }
         frames.push(f);
     }
-    let asked_again = asked_again.unwrap();
-    let refused = frames.iter().find(|f| f["type"] == "error").unwrap();
-    assert!(
-        refused["message"].as_str().unwrap().contains("try again"),
-        "{refused}"
-    );
-    eprintln!(
-        "the turn ran again {} ms after its owner died (lease {lease_ms} ms)",
-        asked_again.as_millis()
-    );
-    assert!(asked_again < Duration::from_millis(lease_ms + 1000 + 1000));
     let resumed = frames
         .iter()
         .find(|f| f["type"] == "turn_resumed")
         .unwrap_or_else(|| panic!("{frames:?}"));
     assert!(resumed["seq"].as_u64().unwrap() > seen_seq, "{resumed}");
-    let asked = frames
-        .iter()
-        .find(|f| f["type"] == "tool_approval_request")
-        .unwrap();
-    assert_eq!(asked["tool_call_id"], call);
-    let pending = store.approvals(&thread).await.unwrap();
-    assert_eq!(pending.len(), 1, "the same approval, still pending");
-    assert_eq!(pending[0].status, "pending");
-
-    send(
-        &mut on_b,
-        json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
-    )
-    .await;
-    let frames = until(&mut on_b, is_done).await;
+    let frames = if refused(&frames) {
+        let asked_again = asked_again.unwrap();
+        let refusal = frames.iter().find(|f| f["type"] == "error").unwrap();
+        assert!(
+            refusal["message"].as_str().unwrap().contains("try again"),
+            "{refusal}"
+        );
+        eprintln!(
+            "the turn ran again {} ms after its owner died (lease {lease_ms} ms)",
+            asked_again.as_millis()
+        );
+        assert!(asked_again < Duration::from_millis(lease_ms + 1000 + 1000));
+        let asked = frames
+            .iter()
+            .find(|f| f["type"] == "tool_approval_request")
+            .unwrap();
+        assert_eq!(asked["tool_call_id"], call);
+        let pending = store.approvals(&thread).await.unwrap();
+        assert_eq!(pending.len(), 1, "the same approval, still pending");
+        assert_eq!(pending[0].status, "pending");
+        send(
+            &mut on_b,
+            json!({"type": "tool_approval_response", "tool_call_id": call, "decision": "allow"}),
+        )
+        .await;
+        until(&mut on_b, is_done).await
+    } else {
+        eprintln!("the answer was handled after A's lease ran out: kept and applied");
+        frames
+    };
     assert!(completed(&frames), "{frames:?}");
     let text: String = frames
         .iter()
