@@ -5,6 +5,7 @@ mod agent_limits;
 pub mod command;
 pub mod control;
 pub mod event;
+pub mod graph;
 pub mod inbound;
 pub mod metadata;
 pub mod record;

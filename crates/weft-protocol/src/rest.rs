@@ -113,3 +113,50 @@ pub struct Document {
     /// RFC 3339.
     pub created_at: String,
 }
+
+/// A saved workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Workflow {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub graph: crate::graph::Graph,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
+/// A workflow to save: its graph is validated (422 `invalid_graph` naming node and port).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WorkflowBody {
+    /// 1 to 200 bytes.
+    #[schemars(length(min = 1, max = 200))]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub graph: crate::graph::Graph,
+}
+
+/// A run's parameters (the body may be left out).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunBody {
+    #[serde(default)]
+    pub params: Map<String, Value>,
+}
+
+/// A finished run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WorkflowRun {
+    pub id: String,
+    /// `completed`, `failed`, …
+    pub status: String,
+    /// The graph's outputs.
+    pub outputs: Value,
+    /// Each node's run.
+    pub nodes: Value,
+    /// The thread it ran in.
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

@@ -4,7 +4,6 @@
 //! run); whoever watches a turn is a [`FrameSink`].
 
 pub mod agents;
-pub mod client_tools;
 pub mod control;
 pub mod conversations;
 pub mod limits;

@@ -20,7 +20,6 @@ use weft_tools::knowledge::KnowledgeBase;
 use weft_tools::web::AssetSink;
 use weft_workflow::{NodeRegistry, Workflows};
 
-use crate::client_tools::PendingClientCalls;
 use crate::limits::UserLimits;
 use crate::metrics::Metrics;
 use crate::starts::Starts;
@@ -35,6 +34,7 @@ use weft_services::embeddings::Embedder;
 use weft_services::knowledge::Knowledge;
 use weft_services::read_artifact::ReadArtifact;
 use weft_services::workflows::StoreLibrary;
+use weft_tools::client::PendingClientCalls;
 
 pub struct Runtime {
     pub config: Config,

@@ -5,9 +5,9 @@
 use weft_core::prompts;
 use weft_protocol::{AgentConfig, ChatContext, ToolAvailability};
 
-use crate::client_tools::is_client_tool_name;
 use crate::runtime::{Runtime, MCP_PREFIX};
 use weft_frames::Refusal;
+use weft_tools::client::is_client_tool_name;
 
 impl Runtime {
     /// How this server knows `name`, as a tool an agent could be given.

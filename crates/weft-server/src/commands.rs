@@ -9,8 +9,8 @@ use serde_json::Value;
 use weft_protocol::{
     decode_inbound, ClientCommand, ControlFrame, ErrorCode, InboundFrame, ServerEvent, ServerFrame,
 };
-use weft_runtime::client_tools::ClientToolset;
 use weft_runtime::{FrameSink, Refusal, TurnRequest};
+use weft_tools::client::ClientToolset;
 
 use crate::auth::AuthUser;
 use crate::codec::DecodeError;

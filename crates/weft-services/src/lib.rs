@@ -8,4 +8,5 @@ pub mod collections;
 pub mod embeddings;
 pub mod knowledge;
 pub mod read_artifact;
+pub mod saved_workflows;
 pub mod workflows;

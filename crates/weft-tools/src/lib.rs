@@ -2,6 +2,7 @@
 //! workspace tools enforce the policy's root themselves.
 
 pub mod args;
+pub mod client;
 pub mod files;
 pub mod knowledge;
 pub mod mcp;

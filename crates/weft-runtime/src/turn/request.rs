@@ -8,8 +8,8 @@ use weft_protocol::{
     ChatContext, ChatMessageData, MediaGeneration, MessageContent, PermissionMode,
 };
 
-use crate::client_tools::ClientToolset;
 use weft_frames::Refusal;
+use weft_tools::client::ClientToolset;
 
 /// Where a request goes: in this order, the saved workflow it names, the media it asks for,
 /// else the chat agent.

@@ -14,12 +14,12 @@ use weft_store::{MessageRow, StoreError, ThreadRow};
 use super::assemble::{Claim, Resumed, TurnParts};
 use super::request::{Route, TurnRequest};
 use super::resolve::Setup;
-use crate::client_tools::ClientToolset;
 use crate::runtime::Runtime;
 use crate::threads::ThreadRuntime;
 use weft_cluster::recovery::Resumer;
 use weft_record::history::provider_history;
 use weft_record::resume_point::{resume_point, ResumePoint};
+use weft_tools::client::ClientToolset;
 
 /// What the turn was started with beyond the defaults, as its running message keeps it
 /// (`persist::started_with`): the chat context, long-term memory, the client's `ui_*` tools

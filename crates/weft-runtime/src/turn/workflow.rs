@@ -10,13 +10,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use weft_core::{ExecutionMode, HostedTurn, TurnOutcome, TurnSpec};
-use weft_protocol::{AgentConfig, ErrorCode, MessageContent, RecordEntry, RecordedCall};
+use weft_frames::ChannelSink;
+use weft_protocol::{
+    AgentConfig, ApprovalDecision, ErrorCode, MessageContent, RecordEntry, RecordedCall,
+    ServerEvent,
+};
 use weft_store::now_ms;
 use weft_workflow::{
     execute_from, validate_within, Checkpoints, EarlierRun, Job, NodeLog, RunRecord, RunResult,
     SavedWorkflow, WorkflowLibrary,
 };
 
+use super::request::{Route, TurnRequest};
 use super::start::ModeChoice;
 use crate::runtime::Runtime;
 use weft_frames::Refusal;
@@ -280,4 +285,55 @@ fn summary(name: &str, result: &RunResult) -> String {
         text.push_str(&format!("\n\n{output}: {value}"));
     }
     text
+}
+
+impl Runtime {
+    /// Run `user`'s saved workflow `id` now, as a turn of a new thread in Auto mode, and
+    /// answer with the finished run. Nobody is there to answer an approval a node asks for,
+    /// so it is denied.
+    pub async fn run_workflow_now(
+        self: &Arc<Self>,
+        user: &str,
+        id: &str,
+        params: Map<String, Value>,
+    ) -> Result<weft_protocol::rest::WorkflowRun, Refusal> {
+        let mut request = TurnRequest::chat(MessageContent::Text(format!("Run workflow {id}")));
+        request.route = Route::Workflow {
+            workflow_id: Some(id.to_owned()),
+            params: Some(params),
+        };
+        request.permission_mode = Some(weft_protocol::PermissionMode::Auto);
+        let (sink, mut frames) = ChannelSink::new(
+            self.next_subscriber_id(),
+            self.config.server.max_outbound_bytes,
+        );
+        let started = self.start_turn(user, request, sink).await?;
+        let mut failure = None;
+        while let Some(delivered) = frames.recv().await {
+            match delivered.event {
+                Some(ServerEvent::Error { code, message, .. }) => {
+                    failure = Some(Refusal::new(code, message));
+                }
+                Some(ServerEvent::ToolApprovalRequest { tool_call_id, .. }) => {
+                    let reason = "nobody is there to approve it in a REST run".to_owned();
+                    let deny = ApprovalDecision::Deny;
+                    let _ = self
+                        .answer_approval(user, &tool_call_id, deny, Some(reason))
+                        .await;
+                }
+                Some(ServerEvent::Chunk { done: true, .. }) => break,
+                _ => {}
+            }
+        }
+        let run = self
+            .store
+            .workflow_run(user, &run_id_of(&started.message_id))
+            .await
+            .map_err(Refusal::internal)?
+            // The turn ended before its run was recorded: why, as the turn said it.
+            .ok_or_else(|| {
+                failure.unwrap_or_else(|| Refusal::internal("the run was not recorded"))
+            })?;
+        Ok(weft_services::saved_workflows::run_json(run))
+    }
 }

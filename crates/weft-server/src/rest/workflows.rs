@@ -2,99 +2,56 @@
 //! naming node and port) and `POST /workflows/{id}/runs`: the run is a turn of a new thread
 //! in Auto mode, started like any turn (the user's limits apply; an approval a node asks for
 //! is denied, nobody being there to answer it), and the answer is the finished run.
-//! Everything is the caller's own.
+//! Everything is the caller's own. The rules are the services' (`saved_workflows`) and the
+//! runtime's (`run_workflow_now`).
 
-use super::JsonBody;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::response::NoContent;
 use axum::Json;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use weft_protocol::{ApprovalDecision, ErrorCode, MessageContent, PermissionMode, ServerEvent};
-use weft_record::persist::rfc3339;
-use weft_runtime::turn::run_id_of;
-use weft_runtime::{ChannelSink, Route, TurnRequest};
-use weft_store::{new_id, now_ms, WorkflowRow, WorkflowRunRow};
-use weft_workflow::{CatalogueEntry, Graph, GraphError};
+use serde::Deserialize;
+use serde_json::json;
+use weft_protocol::rest::{RunBody, Workflow, WorkflowBody, WorkflowRun};
+use weft_protocol::ErrorCode;
+use weft_services::saved_workflows::{self, Bounds, WorkflowError};
+use weft_workflow::CatalogueEntry;
 
 use super::openapi::Created;
 use super::paths::IdPath;
-use super::{identifier, ApiError, Rest};
+use super::{ApiError, JsonBody, Rest};
 use crate::auth::AuthUser;
 use crate::state::ServerState;
 
-fn invalid_graph(errors: &[GraphError]) -> ApiError {
-    let message = errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    ApiError::new(ErrorCode::InvalidGraph, message)
-        .with("node", json!(errors.first().map(|e| e.node.clone())))
-        .with("port", json!(errors.first().and_then(|e| e.port.clone())))
-        .with("errors", json!(errors))
-}
-
-/// Workflows are switched off on this server.
-fn disabled(message: String) -> ApiError {
-    ApiError::new(ErrorCode::WorkflowsDisabled, message)
-}
-
-fn not_found() -> ApiError {
-    ApiError::new(ErrorCode::WorkflowNotFound, "no such workflow")
-}
-
-/// A saved workflow.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct Workflow {
-    pub id: String,
-    pub name: String,
-    pub description: String,
-    pub graph: Graph,
-    /// RFC 3339.
-    pub created_at: String,
-    /// RFC 3339.
-    pub updated_at: String,
-}
-
-fn workflow_json(row: &WorkflowRow) -> Rest<Workflow> {
-    Ok(Workflow {
-        id: row.id.clone(),
-        name: row.name.clone(),
-        description: row.description.clone(),
-        graph: serde_json::from_str(&row.graph).map_err(ApiError::internal)?,
-        created_at: rfc3339(row.created_at),
-        updated_at: rfc3339(row.updated_at),
-    })
-}
-
-/// A workflow to save: its graph is validated (422 `invalid_graph` naming node and port).
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct WorkflowBody {
-    /// 1 to 200 bytes.
-    #[schemars(length(min = 1, max = 200))]
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    pub graph: Graph,
-}
-
-/// The body's graph as JSON text if the body is a valid workflow, else why not.
-fn checked(state: &ServerState, body: &WorkflowBody) -> Rest<String> {
-    if body.name.trim().is_empty() || body.name.len() > 200 {
-        return Err(ApiError::new(
-            ErrorCode::InvalidField,
-            "name must be 1 to 200 bytes",
-        ));
+impl From<WorkflowError> for ApiError {
+    fn from(error: WorkflowError) -> ApiError {
+        match &error {
+            WorkflowError::Invalid(message) => ApiError::new(ErrorCode::InvalidField, *message),
+            WorkflowError::Graph(errors) => {
+                ApiError::new(ErrorCode::InvalidGraph, error.to_string())
+                    .with("node", json!(errors.first().map(|e| e.node.clone())))
+                    .with("port", json!(errors.first().and_then(|e| e.port.clone())))
+                    .with("errors", json!(errors))
+            }
+            WorkflowError::NotFound => {
+                ApiError::new(ErrorCode::WorkflowNotFound, error.to_string())
+            }
+            WorkflowError::Store(_) | WorkflowError::Stored(_) => ApiError::internal(error),
+        }
     }
+}
+
+/// What a graph is checked against here (workflows switched off: `workflows_disabled`).
+fn bounds(state: &ServerState) -> Rest<Bounds<'_>> {
     let runtime = &state.runtime;
-    let registry = runtime.registry().map_err(|r| disabled(r.message))?;
-    weft_workflow::validate_within(&body.graph, registry, &runtime.config.workflow.limits())
-        .map_err(|errors| invalid_graph(&errors))?;
-    serde_json::to_string(&body.graph).map_err(ApiError::internal)
+    let registry = runtime
+        .registry()
+        .map_err(|r| ApiError::new(ErrorCode::WorkflowsDisabled, r.message))?;
+    Ok(Bounds {
+        registry,
+        limits: runtime.config.workflow.limits(),
+    })
 }
 
 /// `?query=`: node types whose name or description holds it.
@@ -109,8 +66,8 @@ pub async fn node_types(
     _user: AuthUser,
     Query(search): Query<Search>,
 ) -> Rest<Json<Vec<CatalogueEntry>>> {
-    let registry = state.runtime.registry().map_err(|r| disabled(r.message))?;
-    Ok(Json(registry.catalogue(search.query.as_deref())))
+    let bounds = bounds(&state)?;
+    Ok(Json(bounds.registry.catalogue(search.query.as_deref())))
 }
 
 /// `POST /workflows`.
@@ -119,24 +76,9 @@ pub async fn create(
     user: AuthUser,
     JsonBody(body): JsonBody<WorkflowBody>,
 ) -> Rest<Created<Workflow>> {
-    let graph = checked(&state, &body)?;
-    let now = now_ms();
-    let row = WorkflowRow {
-        id: format!("wf_{}", new_id()),
-        owner: user.id.clone(),
-        name: body.name.trim().to_owned(),
-        description: body.description,
-        graph,
-        created_at: now,
-        updated_at: now,
-    };
-    state
-        .runtime
-        .store
-        .create_workflow(&row)
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(Created(workflow_json(&row)?))
+    let store = &state.runtime.store;
+    let saved = saved_workflows::create(store, &bounds(&state)?, &user.id, body).await?;
+    Ok(Created(saved))
 }
 
 /// `GET /workflows`.
@@ -144,24 +86,9 @@ pub async fn list(
     State(state): State<Arc<ServerState>>,
     user: AuthUser,
 ) -> Rest<Json<Vec<Workflow>>> {
-    let rows = state
-        .runtime
-        .store
-        .workflows_of(&user.id)
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(Json(rows.iter().map(workflow_json).collect::<Rest<_>>()?))
-}
-
-async fn owned(state: &ServerState, owner: &str, id: &str) -> Rest<WorkflowRow> {
-    identifier(id, ErrorCode::WorkflowNotFound, "workflow")?;
-    state
-        .runtime
-        .store
-        .workflow(owner, id)
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(not_found)
+    Ok(Json(
+        saved_workflows::list(&state.runtime.store, &user.id).await?,
+    ))
 }
 
 /// `GET /workflows/{id}`.
@@ -170,8 +97,9 @@ pub async fn get(
     Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
 ) -> Rest<Json<Workflow>> {
-    let row = owned(&state, &user.id, &id).await?;
-    Ok(Json(workflow_json(&row)?))
+    Ok(Json(
+        saved_workflows::get(&state.runtime.store, &user.id, &id).await?,
+    ))
 }
 
 /// `PUT /workflows/{id}`.
@@ -181,16 +109,9 @@ pub async fn replace(
     user: AuthUser,
     JsonBody(body): JsonBody<WorkflowBody>,
 ) -> Rest<Json<Workflow>> {
-    owned(&state, &user.id, &id).await?;
-    let graph = checked(&state, &body)?;
-    state
-        .runtime
-        .store
-        .update_workflow(&user.id, &id, body.name.trim(), &body.description, &graph)
-        .await
-        .map_err(ApiError::internal)?;
-    let row = owned(&state, &user.id, &id).await?;
-    Ok(Json(workflow_json(&row)?))
+    let store = &state.runtime.store;
+    let saved = saved_workflows::replace(store, &bounds(&state)?, &user.id, &id, body).await?;
+    Ok(Json(saved))
 }
 
 /// `DELETE /workflows/{id}`.
@@ -199,40 +120,8 @@ pub async fn delete(
     Path(IdPath { id }): Path<IdPath>,
     user: AuthUser,
 ) -> Rest<NoContent> {
-    identifier(&id, ErrorCode::WorkflowNotFound, "workflow")?;
-    let deleted = state
-        .runtime
-        .store
-        .delete_workflow(&user.id, &id)
-        .await
-        .map_err(ApiError::internal)?;
-    if !deleted {
-        return Err(not_found());
-    }
+    saved_workflows::delete(&state.runtime.store, &user.id, &id).await?;
     Ok(NoContent)
-}
-
-/// A run's parameters (the body may be left out).
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-pub struct RunBody {
-    #[serde(default)]
-    pub params: Map<String, Value>,
-}
-
-/// A finished run.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct WorkflowRun {
-    pub id: String,
-    /// `completed`, `failed`, …
-    pub status: String,
-    /// The graph's outputs.
-    pub outputs: Value,
-    /// Each node's run.
-    pub nodes: Value,
-    /// The thread it ran in.
-    pub thread_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 /// `POST /workflows/{id}/runs`: run it now, as a turn, and answer with the finished run.
@@ -242,59 +131,12 @@ pub async fn run(
     user: AuthUser,
     body: Option<JsonBody<RunBody>>,
 ) -> Rest<Json<WorkflowRun>> {
-    owned(&state, &user.id, &id).await?;
-    let runtime = &state.runtime;
-    let mut request = TurnRequest::chat(MessageContent::Text(format!("Run workflow {id}")));
-    request.route = Route::Workflow {
-        workflow_id: Some(id),
-        params: Some(body.map(|b| b.0.params).unwrap_or_default()),
-    };
-    request.permission_mode = Some(PermissionMode::Auto);
-    let (sink, mut frames) = ChannelSink::new(
-        runtime.next_subscriber_id(),
-        runtime.config.server.max_outbound_bytes,
-    );
-    let started = runtime.start_turn(&user.id, request, sink).await?;
-    let mut failure = None;
-    while let Some(delivered) = frames.recv().await {
-        match delivered.event {
-            Some(ServerEvent::Error { code, message, .. }) => failure = Some((code, message)),
-            Some(ServerEvent::ToolApprovalRequest { tool_call_id, .. }) => {
-                let _ = runtime
-                    .answer_approval(
-                        &user.id,
-                        &tool_call_id,
-                        ApprovalDecision::Deny,
-                        Some("nobody is there to approve it in a REST run".to_owned()),
-                    )
-                    .await;
-            }
-            Some(ServerEvent::Chunk { done: true, .. }) => break,
-            _ => {}
-        }
-    }
-    let run = runtime
-        .store
-        .workflow_run(&user.id, &run_id_of(&started.message_id))
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(|| match failure {
-            // The turn ended before its run was recorded: why, as the turn said it.
-            Some((code, message)) => ApiError::new(code, message),
-            None => ApiError::internal("the run was not recorded"),
-        })?;
-    Ok(Json(run_json(run)))
-}
-
-/// A run as REST answers it.
-fn run_json(run: WorkflowRunRow) -> WorkflowRun {
-    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
-    WorkflowRun {
-        outputs: parse(&run.outputs),
-        nodes: parse(&run.nodes),
-        id: run.id,
-        status: run.status,
-        thread_id: run.thread_id,
-        error: run.error,
-    }
+    saved_workflows::owned(&state.runtime.store, &user.id, &id).await?;
+    let params = body.map(|b| b.0.params).unwrap_or_default();
+    Ok(Json(
+        state
+            .runtime
+            .run_workflow_now(&user.id, &id, params)
+            .await?,
+    ))
 }
