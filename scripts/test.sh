@@ -55,6 +55,8 @@ export WEFT_PGVECTOR_URL
 
 # The whole suite against PostgreSQL, then the server suite again on embedded SQLite, and the
 # knowledge suite on PostgreSQL with pgvector.
+# The MCP test server is a dev-only crate; the server's tests find its binary beside theirs.
+cargo build --locked -p weft-mcp-fixture
 WEFT_TEST_DB=postgres cargo test --workspace --locked "$@"
 WEFT_TEST_DB=sqlite cargo test --locked -p weft-server "$@"
 WEFT_TEST_DB=pgvector cargo test --locked -p weft-server --test knowledge "$@"

@@ -398,7 +398,11 @@ async fn a_follower_whose_owner_dies_sees_another_replica_take_the_turn_up_and_a
     let mut frames = Vec::new();
     let mut asked_again = None;
     let refused = |frames: &[Value]| frames.iter().any(|f: &Value| f["type"] == "error");
-    while !(asked_again.is_some() && refused(&frames)) && !frames.iter().any(is_done) {
+    loop {
+        let asked_and_refused = asked_again.is_some() && refused(&frames);
+        if asked_and_refused || frames.iter().any(is_done) {
+            break;
+        }
         let f = recv(&mut on_b).await;
         if f["type"] == "tool_approval_request" && asked_again.is_none() {
             asked_again = Some(killed.elapsed());

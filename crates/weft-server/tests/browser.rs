@@ -569,7 +569,7 @@ async fn an_mcp_tool_card_shows_live_progress_and_images() {
     let server = TestServer::start_with(script, |c| {
         c.mcp.servers = vec![weft_tools::mcp::McpServerConfig {
             name: "fixture".into(),
-            command: Some(env!("CARGO_BIN_EXE_weft-mcp-fixture").into()),
+            command: Some(support::mcp_fixture()),
             args: Vec::new(),
             env: Default::default(),
             url: None,

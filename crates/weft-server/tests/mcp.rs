@@ -10,12 +10,10 @@ use support::{of_type, tool_end, TestServer};
 use weft_protocol::ToolCategory;
 use weft_tools::mcp::McpServerConfig;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_weft-mcp-fixture");
-
 fn server_config(name: &str, category: Option<ToolCategory>, timeout_ms: u64) -> McpServerConfig {
     McpServerConfig {
         name: name.into(),
-        command: Some(FIXTURE.into()),
+        command: Some(support::mcp_fixture()),
         args: Vec::new(),
         env: Default::default(),
         url: None,

@@ -518,3 +518,20 @@ pub fn fits_the_schema(frame: &Value) {
         "a frame outside the schema: {frame}: {errors:?}"
     );
 }
+
+/// The `weft-mcp-fixture` binary (a dev-only crate of its own), beside this test's binary in
+/// the target directory: `cargo test --workspace` and `scripts/test.sh` build it.
+pub fn mcp_fixture() -> String {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the target directory");
+    let fixture = dir.join(format!("weft-mcp-fixture{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        fixture.exists(),
+        "{} is missing: run `cargo build -p weft-mcp-fixture` (scripts/test.sh does)",
+        fixture.display()
+    );
+    fixture.to_string_lossy().into_owned()
+}
